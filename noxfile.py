@@ -1,0 +1,103 @@
+"""Developer sessions for the torch-neuronx workspace.
+
+Every session runs in the workspace's one virtual environment (``.venv``), which
+``uv sync`` creates and keeps in step with the packages; the C++ runtime is built once, not
+per session. Default sessions (plain ``nox``) are the test suites CI runs; long suites and
+benchmarks are separate sessions.
+
+torch must be the CPU build. Where pip on this machine is configured with a local
+directory holding the CPU wheel (``pip config list``: ``find-links``), that directory is
+used; otherwise PyTorch's CPU index is. Set ``UV_FIND_LINKS`` or ``UV_INDEX`` yourself to
+choose another source.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["runtime", "umbrella", "integration"]
+nox.options.error_on_missing_interpreters = True
+
+_PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def _pip_find_links() -> list[str]:
+    try:
+        out = subprocess.run(
+            ["python3", "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    dirs: list[str] = []
+    for line in out.splitlines():
+        if "find-links" in line and "=" in line:
+            dirs += line.split("=", 1)[1].strip().strip("'\"").split()
+    return dirs
+
+
+def _torch_source_env() -> dict[str, str]:
+    """Environment that makes uv resolve torch to the CPU build."""
+    if os.environ.get("UV_FIND_LINKS") or os.environ.get("UV_INDEX"):
+        return {}
+    for directory in _pip_find_links():
+        if glob.glob(os.path.join(directory, "torch-2.13.0+cpu-*.whl")):
+            return {"UV_FIND_LINKS": directory}
+    return {"UV_INDEX": _PYTORCH_CPU_INDEX}
+
+
+def _sync(session: nox.Session) -> dict[str, str]:
+    env = _torch_source_env()
+    session.run("uv", "sync", "--all-packages", "--inexact", external=True, env=env)
+    return env
+
+
+def _pytest(session: nox.Session, *paths: str) -> None:
+    env = _sync(session)
+    session.run("uv", "run", "--no-sync", "pytest", *paths, *session.posargs, external=True, env=env)
+
+
+@nox.session
+def runtime(session: nox.Session) -> None:
+    """neuron-runtime unit tests, with a representative OpInfo subset."""
+    _pytest(session, "packages/neuron-runtime/tests", "-n", "2")
+
+
+@nox.session
+def umbrella(session: nox.Session) -> None:
+    """torch-neuronx umbrella package tests."""
+    _pytest(session, "packages/torch-neuronx/tests")
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Whole-stack tests (integration_tests/)."""
+    _pytest(session, "integration_tests")
+
+
+@nox.session
+def opinfo(session: nox.Session) -> None:
+    """PyTorch's full OpInfo database on neuron vs. the CPU (float32 and bfloat16, long)."""
+    env = _sync(session)
+    session.run(
+        "uv", "run", "--no-sync", "pytest", "packages/neuron-runtime/tests/opinfo",
+        "-n", "2", "-q", "--opinfo-full", *session.posargs, external=True, env=env,
+    )
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Eager benchmarks: neuron vs. CPU, printed as ratios."""
+    env = _sync(session)
+    session.run("uv", "run", "--no-sync", "python", "bench/eager.py", *session.posargs, external=True, env=env)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main demo on the emulated device."""
+    env = _sync(session)
+    session.run("uv", "run", "--no-sync", "python", "examples/demo.py", *session.posargs, external=True, env=env)

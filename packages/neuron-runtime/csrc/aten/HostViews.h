@@ -1,0 +1,54 @@
+// Zero-copy bridges between neuron tensors and the CPU tensors that ATen's CPU kernels
+// operate on. Neuron memory is host memory, so a "CPU view" of a neuron tensor is a CPU
+// tensor over the same bytes, and a CPU kernel's fresh output can be adopted by the device
+// when its memory came from the neuron allocator (see AllocationRedirect).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace neuron {
+
+// While alive on a thread, CPU allocations on that thread come from the neuron allocator
+// (for `device`), so CPU kernels write their outputs straight into device memory.
+class AllocationRedirect {
+ public:
+  explicit AllocationRedirect(c10::DeviceIndex device);
+  ~AllocationRedirect();
+  AllocationRedirect(const AllocationRedirect&) = delete;
+  AllocationRedirect& operator=(const AllocationRedirect&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+
+// Installs the redirecting CPU allocator (once, at load time).
+void installAllocationRedirect();
+
+// Tracks the CPU views created for one op call, so that results aliasing an input map back
+// to that input's neuron storage, and resized out= arguments move their new memory over.
+class HostViewSet {
+ public:
+  // A CPU tensor aliasing `tensor`'s bytes (same sizes, strides, offset, conj/neg bits).
+  at::Tensor viewOf(const at::Tensor& tensor);
+  // The neuron tensor for a CPU result on `device`: aliases an input, adopts a fresh
+  // neuron-backed allocation, or (last resort, counted) copies.
+  at::Tensor toNeuron(const at::Tensor& cpu, c10::DeviceIndex device, const char* op_name);
+  // After a kernel wrote to `view` (an out= or in-place argument), brings `neuron_tensor`'s
+  // storage and geometry in line with it.
+  void syncBack(const at::Tensor& neuron_tensor, const at::Tensor& view, const char* op_name);
+
+ private:
+  struct Entry {
+    c10::StorageImpl* view_storage;
+    c10::Storage neuron_storage;
+  };
+  c10::Storage neuronStorageFor(const at::Tensor& cpu, c10::DeviceIndex device, const char* op_name);
+  std::vector<Entry> entries_;
+};
+
+// One-off CPU view, for code paths that handle a single tensor (copy, item()).
+at::Tensor hostView(const at::Tensor& tensor);
+
+}  // namespace neuron

@@ -1,0 +1,286 @@
+// The boxed fallback that runs every ATen op without a dedicated neuron kernel.
+//
+// Arguments on neuron become zero-copy CPU views; the op is redispatched to its CPU kernel
+// with CPU allocations redirected into the neuron allocator; results are adopted by the
+// device (fresh memory), mapped back onto the input they alias (views, in-place, out=), or,
+// as a counted last resort, copied. Along the way it enforces what a device backend must:
+// one device per op, generators of the right device, and the float64 policy.
+#include "aten/HostViews.h"
+#include "aten/OpAccounting.h"
+#include "driver/DeviceState.h"
+#include "runtime/NeuronGenerator.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace neuron {
+namespace {
+
+// What the fallback needs to know about an operator's schema, computed once per op.
+struct OpPlan {
+  std::string name;
+  std::vector<int> returned_write_arg;  // per return: the written argument it is, or -1
+  std::vector<bool> arg_is_write;
+  std::vector<bool> arg_is_generator;
+  std::vector<bool> arg_is_dtype;
+  bool accepts_cpu_tensors = false;  // indexing ops take CPU index tensors, as on CUDA
+};
+
+bool acceptsCpuTensors(const std::string& base_name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_",
+      "aten::_unsafe_index", "aten::_unsafe_index_put"};
+  return ops.count(base_name) > 0;
+}
+
+std::unique_ptr<OpPlan> makePlan(const c10::FunctionSchema& schema) {
+  auto plan = std::make_unique<OpPlan>();
+  plan->name = schema.name();
+  if (!schema.overload_name().empty()) plan->name += "." + schema.overload_name();
+  plan->accepts_cpu_tensors = acceptsCpuTensors(schema.name());
+  const auto& args = schema.arguments();
+  for (const auto& arg : args) {
+    const auto* alias = arg.alias_info();
+    plan->arg_is_write.push_back(alias != nullptr && alias->isWrite());
+    const auto& type = arg.real_type();
+    auto kind = type->kind();
+    if (kind == c10::TypeKind::OptionalType) {
+      kind = type->castRaw<c10::OptionalType>()->getElementType()->kind();
+    }
+    plan->arg_is_generator.push_back(kind == c10::TypeKind::GeneratorType);
+    plan->arg_is_dtype.push_back(kind == c10::TypeKind::ScalarTypeType);
+  }
+  for (const auto& ret : schema.returns()) {
+    int written = -1;
+    const auto* alias = ret.alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      for (size_t i = 0; i < args.size(); ++i) {
+        const auto* arg_alias = args[i].alias_info();
+        if (arg_alias != nullptr && arg_alias->isWrite() &&
+            arg_alias->beforeSets() == alias->beforeSets()) {
+          written = static_cast<int>(i);
+          break;
+        }
+      }
+    }
+    plan->returned_write_arg.push_back(written);
+  }
+  return plan;
+}
+
+const OpPlan& planFor(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const void*, std::unique_ptr<OpPlan>> plans;
+  const void* key = &op.schema();
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    it = plans.emplace(key, makePlan(op.schema())).first;
+  }
+  return *it->second;
+}
+
+std::string deviceName(const c10::Device& device) {
+  return device.str();
+}
+
+// Walks one op's arguments: checks devices, swaps neuron tensors for CPU views.
+class ArgumentBridge {
+ public:
+  ArgumentBridge(const OpPlan& plan, const c10::FunctionSchema& schema, HostViewSet& views)
+      : plan_(plan), schema_(schema), views_(views) {}
+
+  at::Tensor bridgeTensor(const at::Tensor& tensor, size_t arg) {
+    if (!tensor.defined()) return tensor;
+    checkFloat64(plan_.name, tensor.scalar_type());
+    if (tensor.is_privateuseone()) {
+      noteDevice(tensor.device(), arg);
+      return views_.viewOf(tensor);
+    }
+    if (tensor.dim() > 0 && first_cpu_arg_ < 0) {
+      first_cpu_arg_ = static_cast<int>(arg);
+    }
+    return tensor;
+  }
+
+  void noteDevice(const c10::Device& device, size_t arg) {
+    if (!device_) {
+      device_ = device;
+      return;
+    }
+    TORCH_CHECK(*device_ == device,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                deviceName(*device_), " and ", deviceName(device), "! (when checking argument '",
+                schema_.arguments()[arg].name(), "' of ", plan_.name, ")");
+  }
+
+  // After all arguments: a non-scalar CPU tensor next to neuron tensors is a device mismatch.
+  void checkNoStrayCpuTensor() const {
+    if (!device_ || first_cpu_arg_ < 0 || plan_.accepts_cpu_tensors) return;
+    TORCH_CHECK(false,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                deviceName(*device_), " and cpu! (when checking argument '",
+                schema_.arguments()[first_cpu_arg_].name(), "' of ", plan_.name,
+                "). Move it with .to(\"", deviceName(*device_), "\").");
+  }
+
+  std::optional<c10::Device> device() const { return device_; }
+
+ private:
+  const OpPlan& plan_;
+  const c10::FunctionSchema& schema_;
+  HostViewSet& views_;
+  std::optional<c10::Device> device_;
+  int first_cpu_arg_ = -1;
+};
+
+c10::IValue bridgeList(const c10::IValue& value, size_t arg, ArgumentBridge& bridge) {
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> bridged;
+    const auto source = value.toTensorList();
+    bridged.reserve(source.size());
+    for (const at::Tensor& tensor : source) bridged.push_back(bridge.bridgeTensor(tensor, arg));
+    return bridged;
+  }
+  const auto source = value.toList();
+  c10::impl::GenericList bridged(source.elementType());
+  bridged.reserve(source.size());
+  for (const c10::IValue& element : source) {
+    bridged.push_back(element.isTensor() ? c10::IValue(bridge.bridgeTensor(element.toTensor(), arg))
+                                         : element);
+  }
+  return bridged;
+}
+
+c10::IValue adoptValue(const c10::IValue& value, c10::DeviceIndex device, HostViewSet& views,
+                       const OpPlan& plan) {
+  if (value.isTensor()) {
+    at::Tensor result = views.toNeuron(value.toTensor(), device, plan.name.c_str());
+    if (result.defined()) checkFloat64(plan.name, result.scalar_type());
+    return result;
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> adopted;
+    for (const at::Tensor& tensor : value.toTensorList()) {
+      adopted.push_back(views.toNeuron(tensor, device, plan.name.c_str()));
+    }
+    return adopted;
+  }
+  if (value.isList()) {
+    const auto source = value.toList();
+    c10::impl::GenericList adopted(source.elementType());
+    for (const c10::IValue& element : source) adopted.push_back(adoptValue(element, device, views, plan));
+    return adopted;
+  }
+  return value;
+}
+
+void syncWrittenValue(const c10::IValue& original, const c10::IValue& bridged, HostViewSet& views,
+                      const OpPlan& plan) {
+  if (original.isTensor()) {
+    const at::Tensor& tensor = original.toTensor();
+    if (tensor.defined() && tensor.is_privateuseone()) {
+      views.syncBack(tensor, bridged.toTensor(), plan.name.c_str());
+    }
+    return;
+  }
+  if (original.isTensorList()) {
+    const auto neuron_list = original.toTensorList();
+    const auto view_list = bridged.toTensorList();
+    for (size_t i = 0; i < neuron_list.size(); ++i) {
+      const at::Tensor tensor = neuron_list.get(i);
+      if (tensor.defined() && tensor.is_privateuseone()) {
+        views.syncBack(tensor, view_list.get(i), plan.name.c_str());
+      }
+    }
+  }
+}
+
+void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
+                      torch::jit::Stack* stack) {
+  const OpPlan& plan = planFor(op);
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t first = stack->size() - num_args;
+
+  HostViewSet views;
+  ArgumentBridge bridge(plan, schema, views);
+  std::optional<c10::Device> device_arg;
+  std::vector<std::pair<size_t, c10::IValue>> written;  // (argument, original value)
+
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& value = (*stack)[first + i];
+    if (plan.arg_is_write[i] && (value.isTensor() || value.isTensorList())) {
+      written.emplace_back(i, value);
+    }
+    if (value.isTensor()) {
+      value = bridge.bridgeTensor(value.toTensor(), i);
+    } else if (value.isList()) {
+      value = bridgeList(value, i, bridge);
+    } else if (value.isDevice() && value.toDevice().is_privateuseone()) {
+      device_arg = value.toDevice();
+      value = c10::Device(c10::DeviceType::CPU);
+    } else if (plan.arg_is_dtype[i] && value.isInt()) {
+      checkFloat64(plan.name, static_cast<c10::ScalarType>(value.toInt()));
+    }
+  }
+  bridge.checkNoStrayCpuTensor();
+
+  c10::Device device = bridge.device().value_or(
+      device_arg.value_or(c10::Device(c10::DeviceType::PrivateUse1, currentDevice())));
+  if (!device.has_index()) device = c10::Device(c10::DeviceType::PrivateUse1, currentDevice());
+  checkDeviceIndex(device.index());
+
+  for (size_t i = 0; i < num_args; ++i) {
+    if (!plan.arg_is_generator[i]) continue;
+    c10::IValue& value = (*stack)[first + i];
+    if (value.isNone()) {
+      value = at::check_generator<NeuronGeneratorImpl>(defaultGenerator(device.index()))->engine();
+      continue;
+    }
+    const at::Generator generator = value.toGenerator();
+    TORCH_CHECK(generator.device().is_privateuseone(),
+                "Expected a 'neuron' device type for generator but found '",
+                generator.device().type(), "' (in ", plan.name, ")");
+    value = at::check_generator<NeuronGeneratorImpl>(generator)->engine();
+  }
+
+  std::vector<c10::IValue> bridged_written;
+  bridged_written.reserve(written.size());
+  for (const auto& [arg, original] : written) bridged_written.push_back((*stack)[first + arg]);
+
+  {
+    AllocationRedirect redirect(device.index());
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+  if (opMetricsEnabled()) recordZeroCopyOp(plan.name);
+
+  for (size_t i = 0; i < written.size(); ++i) {
+    syncWrittenValue(written[i].second, bridged_written[i], views, plan);
+  }
+  const size_t num_returns = schema.returns().size();
+  const size_t returns_begin = stack->size() - num_returns;
+  for (size_t r = 0; r < num_returns; ++r) {
+    c10::IValue& value = (*stack)[returns_begin + r];
+    const int written_arg = plan.returned_write_arg[r];
+    if (written_arg >= 0) {
+      for (const auto& [arg, original] : written) {
+        if (static_cast<int>(arg) == written_arg) value = original;
+      }
+      continue;
+    }
+    value = adoptValue(value, device.index(), views, plan);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());
+}
+
+}  // namespace neuron

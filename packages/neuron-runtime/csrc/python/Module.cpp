@@ -1,0 +1,107 @@
+// Python bindings of the runtime (neuron_runtime._C). Thin: each function forwards to the
+// runtime; the Python package builds the torch.neuron API on top.
+#include "aten/HostViews.h"
+#include "aten/OpAccounting.h"
+#include "driver/DeviceState.h"
+#include "driver/RuntimeConfig.h"
+#include "runtime/NeuronCachingAllocator.h"
+#include "runtime/NeuronGenerator.h"
+#include "runtime/NeuronStream.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+namespace py = pybind11;
+
+namespace neuron {
+namespace {
+
+py::dict statArray(const c10::CachingAllocator::StatArray& array) {
+  static const char* names[] = {"all", "small_pool", "large_pool"};
+  py::dict result;
+  for (size_t i = 0; i < array.size(); ++i) {
+    py::dict stat;
+    stat["current"] = array[i].current;
+    stat["peak"] = array[i].peak;
+    stat["allocated"] = array[i].allocated;
+    stat["freed"] = array[i].freed;
+    result[names[i]] = stat;
+  }
+  return result;
+}
+
+// The same nested layout as torch.cuda.memory_stats_as_nested_dict().
+py::dict memoryStats(c10::DeviceIndex device) {
+  const auto stats = cachingAllocator().getDeviceStats(device);
+  py::dict result;
+  result["num_alloc_retries"] = stats.num_alloc_retries;
+  result["num_ooms"] = stats.num_ooms;
+  result["allocation"] = statArray(stats.allocation);
+  result["segment"] = statArray(stats.segment);
+  result["active"] = statArray(stats.active);
+  result["inactive_split"] = statArray(stats.inactive_split);
+  result["allocated_bytes"] = statArray(stats.allocated_bytes);
+  result["reserved_bytes"] = statArray(stats.reserved_bytes);
+  result["active_bytes"] = statArray(stats.active_bytes);
+  result["inactive_split_bytes"] = statArray(stats.inactive_split_bytes);
+  result["requested_bytes"] = statArray(stats.requested_bytes);
+  return result;
+}
+
+void configure(const std::string& instance, const std::string& core_name, int64_t device_count,
+               int64_t capacity_bytes, int64_t initial_device, std::vector<int64_t> physical_ids,
+               int float64_policy, const std::string& error) {
+  RuntimeConfig config;
+  config.instance = instance;
+  config.core_name = core_name;
+  config.device_count = device_count;
+  config.capacity_bytes = capacity_bytes;
+  config.initial_device = initial_device;
+  config.physical_ids = std::move(physical_ids);
+  config.float64 = static_cast<Float64Policy>(float64_policy);
+  config.error = error;
+  setRuntimeConfig(std::move(config));
+}
+
+py::object defaultGeneratorObject(c10::DeviceIndex device) {
+  return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(defaultGenerator(device)));
+}
+
+}  // namespace
+}  // namespace neuron
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace neuron;
+  m.doc() = "C++ runtime of the emulated Trainium device.";
+  installAllocationRedirect();
+
+  m.def("_configure", &configure, "Install the emulated instance's configuration.");
+  m.def("_device_count", []() { return static_cast<int>(deviceCount()); });
+  m.def("_current_device", []() { return static_cast<int>(currentDevice()); });
+  m.def("_set_device", [](int index) { setCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_check_device_index", [](int index) { checkDeviceIndex(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_lazy_init", &lazyInitDevice);
+  m.def("_is_initialized", &isInitialized);
+  m.def("_is_in_bad_fork", &isInBadFork);
+
+  m.def("_memory_stats", [](int device) { return memoryStats(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_empty_cache", []() { cachingAllocator().emptyCache(); });
+  m.def("_reset_peak_stats", [](int device) { cachingAllocator().resetPeakStats(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_reset_accumulated_stats", [](int device) {
+    cachingAllocator().resetAccumulatedStats(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("_mem_get_info", [](int device) { return cachingAllocator().getMemoryInfo(static_cast<c10::DeviceIndex>(device)); });
+
+  m.def("_default_generator", [](int device) { return defaultGeneratorObject(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_stream_priority", [](int64_t stream_id, int device) {
+    return streamPriority(c10::Stream(c10::Stream::UNSAFE,
+                                      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)),
+                                      stream_id));
+  });
+
+  m.def("_copy_fallback_ops", &copyFallbackCounts);
+  m.def("_float64_ops", &float64Counts);
+  m.def("_zero_copy_ops", &zeroCopyCounts);
+  m.def("_reset_op_counts", &resetOpCounts);
+  m.def("_set_op_metrics_enabled", &setOpMetricsEnabled);
+}

@@ -1,0 +1,346 @@
+// Caching allocator over host memory that plays the role of HBM.
+//
+// Blocks are rounded up (512 B below 1 MiB, 2 MiB above), cached on free and reused by
+// best fit (at most twice the request for large blocks, exact size class for small ones).
+// "reserved" is what the emulated core holds from the host; it may never exceed the core's
+// capacity. When a request does not fit, the cache is released once and the request retried,
+// as CUDA's allocator does, before raising torch.OutOfMemoryError.
+#include "runtime/NeuronCachingAllocator.h"
+
+#include "driver/DeviceState.h"
+#include "driver/RuntimeConfig.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+namespace neuron {
+namespace {
+
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kSmallLimit = 1 << 20;    // requests up to 1 MiB come from the small pool
+constexpr size_t kSmallRound = 512;
+constexpr size_t kLargeRound = 2 << 20;
+constexpr size_t kAlignment = 256;
+
+struct Block {
+  c10::DeviceIndex device;
+  size_t size;       // rounded size, what the core holds
+  size_t requested;  // what the caller asked for
+  bool small;
+};
+
+struct CorePool {
+  DeviceStats stats;
+  std::multimap<size_t, void*> cached;  // free blocks by size
+  size_t reserved = 0;
+};
+
+std::string formatBytes(size_t bytes) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(2);
+  const double b = static_cast<double>(bytes);
+  if (b >= (1ull << 30)) out << b / (1ull << 30) << " GiB";
+  else if (b >= (1ull << 20)) out << b / (1ull << 20) << " MiB";
+  else if (b >= (1ull << 10)) out << b / (1ull << 10) << " KiB";
+  else out << bytes << " bytes";
+  return out.str();
+}
+
+size_t roundSize(size_t nbytes) {
+  const size_t unit = nbytes <= kSmallLimit ? kSmallRound : kLargeRound;
+  return ((nbytes + unit - 1) / unit) * unit;
+}
+
+void updateStats(DeviceStats& stats, const Block& block, bool increase) {
+  const auto pool = static_cast<size_t>(block.small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
+  for (size_t type : {static_cast<size_t>(StatType::AGGREGATE), pool}) {
+    if (increase) {
+      stats.allocation[type].increase(1);
+      stats.active[type].increase(1);
+      stats.allocated_bytes[type].increase(block.size);
+      stats.active_bytes[type].increase(block.size);
+      stats.requested_bytes[type].increase(block.requested);
+    } else {
+      stats.allocation[type].decrease(1);
+      stats.active[type].decrease(1);
+      stats.allocated_bytes[type].decrease(block.size);
+      stats.active_bytes[type].decrease(block.size);
+      stats.requested_bytes[type].decrease(block.requested);
+    }
+  }
+}
+
+void updateSegmentStats(DeviceStats& stats, size_t size, bool small, bool increase) {
+  const auto pool = static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
+  for (size_t type : {static_cast<size_t>(StatType::AGGREGATE), pool}) {
+    if (increase) {
+      stats.segment[type].increase(1);
+      stats.reserved_bytes[type].increase(size);
+    } else {
+      stats.segment[type].decrease(1);
+      stats.reserved_bytes[type].decrease(size);
+    }
+  }
+}
+
+// All allocator state, behind one mutex (the emulator executes synchronously, so
+// contention is low and one lock keeps the invariants simple).
+class AllocatorState {
+ public:
+  void* allocate(size_t nbytes, c10::DeviceIndex device) {
+    lazyInitDevice();
+    checkDeviceIndex(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    CorePool& pool = poolFor(device);
+    const size_t size = roundSize(nbytes);
+    const bool small = nbytes <= kSmallLimit;
+    void* ptr = takeCached(pool, size, small);
+    if (ptr == nullptr) {
+      ptr = newSegment(pool, device, size, nbytes, small);
+    }
+    Block block{device, blockSizeOf(ptr, size), nbytes, small};
+    live_[ptr] = block;
+    updateStats(pool.stats, block, true);
+    return ptr;
+  }
+
+  void free(void* ptr) {
+    if (isInBadFork()) {
+      return;  // memory inherited from the parent; the child must not touch its pools
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) {
+      return;
+    }
+    const Block block = it->second;
+    live_.erase(it);
+    CorePool& pool = poolFor(block.device);
+    updateStats(pool.stats, block, false);
+    pool.cached.emplace(block.size, ptr);
+  }
+
+  void emptyCache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t device = 0; device < pools_.size(); ++device) {
+      releaseCached(pools_[device]);
+    }
+  }
+
+  DeviceStats stats(c10::DeviceIndex device) {
+    checkDeviceIndex(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return poolFor(device).stats;
+  }
+
+  template <typename Fn>
+  void forEachStat(c10::DeviceIndex device, Fn fn) {
+    checkDeviceIndex(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats& s = poolFor(device).stats;
+    for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split,
+                        &s.allocated_bytes, &s.reserved_bytes, &s.active_bytes,
+                        &s.inactive_split_bytes, &s.requested_bytes}) {
+      for (auto& stat : *array) fn(stat);
+    }
+    fn(s.oversize_allocations);
+    fn(s.oversize_segments);
+  }
+
+  void resetAccumulated(c10::DeviceIndex device) {
+    forEachStat(device, [](c10::CachingAllocator::Stat& stat) { stat.reset_accumulated(); });
+    std::lock_guard<std::mutex> lock(mutex_);
+    poolFor(device).stats.num_alloc_retries = 0;
+    poolFor(device).stats.num_ooms = 0;
+  }
+
+  void resetPeak(c10::DeviceIndex device) {
+    forEachStat(device, [](c10::CachingAllocator::Stat& stat) { stat.reset_peak(); });
+  }
+
+  std::pair<size_t, size_t> memoryInfo(c10::DeviceIndex device) {
+    checkDeviceIndex(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t capacity = static_cast<size_t>(runtimeConfig().capacity_bytes);
+    const size_t reserved = poolFor(device).reserved;
+    return {capacity - std::min(capacity, reserved), capacity};
+  }
+
+  c10::DeviceIndex deviceOf(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = segments_.upper_bound(reinterpret_cast<uintptr_t>(ptr));
+    if (it == segments_.begin()) return -1;
+    --it;
+    const auto p = reinterpret_cast<uintptr_t>(ptr);
+    return p < it->first + it->second.first ? it->second.second : -1;
+  }
+
+ private:
+  CorePool& poolFor(c10::DeviceIndex device) {
+    if (pools_.size() <= static_cast<size_t>(device)) {
+      pools_.resize(static_cast<size_t>(device) + 1);
+    }
+    return pools_[static_cast<size_t>(device)];
+  }
+
+  size_t blockSizeOf(void* ptr, size_t fallback) {
+    auto it = segments_.find(reinterpret_cast<uintptr_t>(ptr));
+    return it == segments_.end() ? fallback : it->second.first;
+  }
+
+  void* takeCached(CorePool& pool, size_t size, bool small) {
+    auto it = pool.cached.lower_bound(size);
+    if (it == pool.cached.end()) return nullptr;
+    if (small ? it->first != size : it->first > 2 * size) return nullptr;
+    void* ptr = it->second;
+    pool.cached.erase(it);
+    return ptr;
+  }
+
+  void* newSegment(CorePool& pool, c10::DeviceIndex device, size_t size, size_t requested,
+                   bool small) {
+    const size_t capacity = static_cast<size_t>(runtimeConfig().capacity_bytes);
+    if (pool.reserved + size > capacity && !pool.cached.empty()) {
+      pool.stats.num_alloc_retries += 1;
+      releaseCached(pool);
+    }
+    void* ptr = nullptr;
+    if (pool.reserved + size <= capacity) {
+      if (posix_memalign(&ptr, kAlignment, size) != 0) ptr = nullptr;
+    }
+    if (ptr == nullptr) {
+      pool.stats.num_ooms += 1;
+      const size_t allocated = static_cast<size_t>(
+          pool.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
+      const bool host_failed = pool.reserved + size <= capacity;
+      TORCH_CHECK_WITH(
+          OutOfMemoryError, false,
+          "NEURON out of memory. Tried to allocate ", formatBytes(requested), ". NeuronCore ",
+          static_cast<int>(device), " (neuron:", static_cast<int>(device), ") of this emulated ",
+          runtimeConfig().instance, " instance has a total capacity of ", formatBytes(capacity),
+          " of which ", formatBytes(capacity - std::min(capacity, pool.reserved)),
+          " is free. Of the allocated memory ", formatBytes(allocated),
+          " is allocated by PyTorch, and ", formatBytes(pool.reserved - allocated),
+          " is reserved by PyTorch but unallocated.",
+          host_failed ? " (The host could not provide the memory: the machine running the "
+                        "emulator is out of RAM.)"
+                      : "",
+          " Free tensors you no longer need, reduce the batch size or sequence length, or "
+          "spread the model over more cores (NEURON_RT_NUM_CORES, tensor parallelism).");
+    }
+    pool.reserved += size;
+    segments_[reinterpret_cast<uintptr_t>(ptr)] = {size, device};
+    updateSegmentStats(pool.stats, size, small, true);
+    (void)small;
+    return ptr;
+  }
+
+  void releaseCached(CorePool& pool) {
+    for (auto& [size, ptr] : pool.cached) {
+      segments_.erase(reinterpret_cast<uintptr_t>(ptr));
+      std::free(ptr);
+      pool.reserved -= size;
+      updateSegmentStats(pool.stats, size, size <= kSmallLimit, false);
+    }
+    pool.cached.clear();
+  }
+
+  std::mutex mutex_;
+  std::vector<CorePool> pools_;
+  std::unordered_map<void*, Block> live_;
+  std::map<uintptr_t, std::pair<size_t, c10::DeviceIndex>> segments_;  // start -> (size, core)
+};
+
+AllocatorState& state() {
+  // Leaked on purpose: tensors may be freed during interpreter teardown.
+  static auto* instance = new AllocatorState();
+  return *instance;
+}
+
+}  // namespace
+
+void deleteNeuronMemory(void* ptr) {
+  state().free(ptr);
+}
+
+c10::DataPtr NeuronCachingAllocator::allocate(size_t nbytes) {
+  return allocateOn(nbytes, currentDevice());
+}
+
+c10::DataPtr NeuronCachingAllocator::allocateOn(size_t nbytes, c10::DeviceIndex device) {
+  const c10::Device where(c10::DeviceType::PrivateUse1, device);
+  if (nbytes == 0) {
+    lazyInitDevice();
+    checkDeviceIndex(device);
+    return {nullptr, nullptr, &deleteNeuronMemory, where};
+  }
+  void* ptr = state().allocate(nbytes, device);
+  return {ptr, ptr, &deleteNeuronMemory, where};
+}
+
+c10::DeleterFnPtr NeuronCachingAllocator::raw_deleter() const {
+  return &deleteNeuronMemory;
+}
+
+void NeuronCachingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  std::memcpy(dest, src, count);
+}
+
+bool NeuronCachingAllocator::initialized() {
+  return isInitialized();
+}
+
+void NeuronCachingAllocator::emptyCache(c10::MempoolId_t /*mempool_id*/) {
+  state().emptyCache();
+}
+
+void NeuronCachingAllocator::recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) {
+  // Streams execute in order on the host, so a block is never in use by a later stream.
+}
+
+c10::CachingDeviceAllocator::DeviceStats NeuronCachingAllocator::getDeviceStats(
+    c10::DeviceIndex device) {
+  return state().stats(device);
+}
+
+void NeuronCachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  state().resetAccumulated(device);
+}
+
+void NeuronCachingAllocator::resetPeakStats(c10::DeviceIndex device) {
+  state().resetPeak(device);
+}
+
+std::pair<size_t, size_t> NeuronCachingAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  return state().memoryInfo(device);
+}
+
+c10::DeviceIndex NeuronCachingAllocator::deviceOfPointer(const void* ptr) const {
+  return state().deviceOf(ptr);
+}
+
+NeuronCachingAllocator& cachingAllocator() {
+  static NeuronCachingAllocator allocator;
+  return allocator;
+}
+
+namespace {
+struct RegisterAllocator {
+  RegisterAllocator() {
+    c10::SetAllocator(c10::DeviceType::PrivateUse1, &cachingAllocator());
+  }
+} register_allocator;
+}  // namespace
+
+}  // namespace neuron

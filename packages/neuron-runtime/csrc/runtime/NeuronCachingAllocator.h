@@ -1,0 +1,38 @@
+// The neuron caching allocator: every byte of emulated HBM goes through it. It enforces the
+// per-core capacity of the emulated instance (raising torch.OutOfMemoryError like CUDA) and
+// keeps CUDA-style statistics, so torch.neuron.memory_* and torch.accelerator.memory_* work.
+#pragma once
+
+#include <c10/core/CachingDeviceAllocator.h>
+
+namespace neuron {
+
+class NeuronCachingAllocator final : public c10::DeviceAllocator {
+ public:
+  // Allocates on the calling thread's current core.
+  c10::DataPtr allocate(size_t nbytes) override;
+  // Allocates on an explicit core.
+  c10::DataPtr allocateOn(size_t nbytes, c10::DeviceIndex device);
+  c10::DeleterFnPtr raw_deleter() const override;
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  bool initialized() override;
+  void emptyCache(c10::MempoolId_t mempool_id = {0, 0}) override;
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  // (free, total) bytes of the core's emulated HBM.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
+
+  // The core that owns a pointer into neuron memory, or -1.
+  c10::DeviceIndex deviceOfPointer(const void* ptr) const;
+};
+
+// The process-wide allocator instance (also registered as c10::GetAllocator(PrivateUse1)).
+NeuronCachingAllocator& cachingAllocator();
+
+// The deleter every neuron DataPtr carries; lets callers recognise neuron memory.
+void deleteNeuronMemory(void* ptr);
+
+}  // namespace neuron

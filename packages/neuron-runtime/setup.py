@@ -1,0 +1,23 @@
+"""Builds neuron_runtime._C, the C++ half of the emulated Trainium runtime."""
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_sources = sorted(
+    os.path.relpath(p, _HERE) for p in glob.glob(os.path.join(_HERE, "csrc", "**", "*.cpp"), recursive=True)
+)
+
+setup(
+    ext_modules=[
+        CppExtension(
+            name="neuron_runtime._C",
+            sources=_sources,
+            include_dirs=[os.path.join(_HERE, "csrc")],
+            extra_compile_args=["-O2", "-fvisibility=hidden"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)
