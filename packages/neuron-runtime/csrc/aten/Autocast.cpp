@@ -30,5 +30,10 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #undef NEURON_PROMOTE
 }
 
+// Ops without a cast policy run unchanged.
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
 }  // namespace
 }  // namespace neuron

@@ -17,6 +17,7 @@ std::map<std::string, int64_t> g_float64;
 std::map<std::string, int64_t> g_zero_copy;
 std::atomic<bool> g_metrics_enabled{false};
 std::atomic<bool> g_float64_warned{false};
+thread_local bool t_float64_exempt = false;
 
 }  // namespace
 
@@ -28,7 +29,7 @@ void recordCopyFallback(const std::string& op_name) {
 void checkFloat64(const std::string& op_name, c10::ScalarType dtype) {
   if (!isFloat64Like(dtype)) return;
   const auto policy = runtimeConfig().float64;
-  if (policy == Float64Policy::kAllow) return;
+  if (policy == Float64Policy::kAllow || t_float64_exempt) return;
   TORCH_CHECK_TYPE(
       policy != Float64Policy::kError,
       "neuron: ", op_name, " uses ", c10::toString(dtype),
@@ -46,6 +47,12 @@ void checkFloat64(const std::string& op_name, c10::ScalarType dtype) {
         "(torch_neuronx.get_float64_ops()). Set NEURON_EMU_FLOAT64=error to make this an "
         "error. This warning is shown once.");
   }
+}
+
+bool setFloat64Exempt(bool exempt) {
+  const bool previous = t_float64_exempt;
+  t_float64_exempt = exempt;
+  return previous;
 }
 
 void recordZeroCopyOp(const std::string& op_name) {

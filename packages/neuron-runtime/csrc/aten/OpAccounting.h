@@ -19,6 +19,9 @@ inline bool isFloat64Like(c10::ScalarType dtype) {
   return dtype == c10::ScalarType::Double || dtype == c10::ScalarType::ComplexDouble;
 }
 void recordZeroCopyOp(const std::string& op_name);
+// Exempts the calling thread from the float64 policy (used while printing a tensor, which
+// formats through float64 internally); returns the previous setting.
+bool setFloat64Exempt(bool exempt);
 
 std::map<std::string, int64_t> copyFallbackCounts();
 std::map<std::string, int64_t> float64Counts();

@@ -96,8 +96,8 @@ class ArgumentBridge {
 
   at::Tensor bridgeTensor(const at::Tensor& tensor, size_t arg) {
     if (!tensor.defined()) return tensor;
-    checkFloat64(plan_.name, tensor.scalar_type());
     if (tensor.is_privateuseone()) {
+      checkFloat64(plan_.name, tensor.scalar_type());
       noteDevice(tensor.device(), arg);
       return views_.viewOf(tensor);
     }

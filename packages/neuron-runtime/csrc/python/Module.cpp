@@ -103,5 +103,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_float64_ops", &float64Counts);
   m.def("_zero_copy_ops", &zeroCopyCounts);
   m.def("_reset_op_counts", &resetOpCounts);
+  m.def("_set_float64_exempt", &setFloat64Exempt);
   m.def("_set_op_metrics_enabled", &setOpMetricsEnabled);
 }

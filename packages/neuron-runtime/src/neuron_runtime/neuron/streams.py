@@ -38,12 +38,21 @@ class Stream(torch.Stream):
         return f"<torch.neuron.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
 
 
-class Event(torch.Event):
-    """A neuron event; ``enable_timing=True`` allows elapsed_time()."""
+class _EventMeta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "neuron"
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
-        return super().__new__(cls, device="neuron", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+
+class Event(metaclass=_EventMeta):
+    """A neuron event; ``enable_timing=True`` allows elapsed_time().
+
+    Instances are plain ``torch.Event`` objects on the neuron device (torch's event methods
+    accept only that exact type), so ``isinstance(e, torch.neuron.Event)`` checks the device.
+    """
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:  # type: ignore[misc]
+        return torch.Event(device="neuron", enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
 
 
 def _wrap(base: torch.Stream) -> Stream:

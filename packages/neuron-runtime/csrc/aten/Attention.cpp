@@ -1,0 +1,26 @@
+// scaled_dot_product_attention on neuron picks the same fused kernel the CPU would (its
+// flash-attention kernel), instead of the unfused math path the dispatcher uses for a
+// device with no choice function; results then equal the CPU's.
+#include "aten/HostViews.h"
+
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
+
+namespace neuron {
+namespace {
+
+int64_t chooseSdpBackend(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                         bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  std::optional<at::Tensor> mask;
+  if (attn_mask.has_value() && attn_mask->defined()) mask = hostView(*attn_mask);
+  return at::native::_fused_sdp_choice_cpp(hostView(query), hostView(key), hostView(value), mask,
+                                           dropout_p, is_causal, scale, enable_gqa);
+}
+
+}  // namespace
+}  // namespace neuron
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron::chooseSdpBackend)
+}  // namespace at::native

@@ -1,0 +1,121 @@
+"""Device registration, indices, properties and the torch integration surface."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_plain_import_torch_registers_neuron():
+    assert hasattr(torch, "neuron")
+    assert torch.neuron.is_available()
+    assert torch._C._get_privateuse1_backend_name() == "neuron"
+
+
+def test_current_accelerator_is_neuron():
+    assert torch.accelerator.current_accelerator().type == "neuron"
+    assert torch.accelerator.device_count() == torch.neuron.device_count()
+    assert torch._C._get_accelerator().type == "neuron"
+
+
+def test_default_instance_is_trn2_with_four_logical_cores():
+    assert torch.neuron.device_count() == 4
+    props = torch.neuron.get_device_properties(0)
+    assert props.name == "NeuronCore-v3" == torch.neuron.get_device_name()
+    assert props.total_memory == 24 * 2**30
+    assert torch.neuron.get_device_capability() == (3, 0)
+
+
+def test_tensor_and_module_methods():
+    x = torch.arange(6.0).neuron()
+    assert x.is_neuron and x.device == torch.device("neuron", 0)
+    m = torch.nn.Linear(3, 2).neuron()
+    assert next(m.parameters()).device.type == "neuron"
+    assert x.cpu().equal(torch.arange(6.0))
+
+
+def test_set_device_and_device_context():
+    assert torch.neuron.current_device() == 0
+    with torch.neuron.device(2):
+        assert torch.neuron.current_device() == 2
+        assert torch.empty(1, device="neuron").device == torch.device("neuron", 2)
+    assert torch.neuron.current_device() == 0
+
+
+def test_copy_between_cores():
+    a = torch.randn(5, device="neuron:0")
+    b = a.to("neuron:1")
+    assert b.device.index == 1 and b.cpu().equal(a.cpu())
+
+
+def test_invalid_device_index_error():
+    with pytest.raises(RuntimeError, match=r"Invalid device index neuron:7.*4 visible NeuronCore"):
+        torch.empty(1, device="neuron:7")
+    with pytest.raises(RuntimeError, match="Invalid device index"):
+        torch.neuron.set_device(9)
+
+
+def test_two_devices_in_one_op_error():
+    a = torch.ones(3, device="neuron:0")
+    with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu"):
+        a + torch.ones(3)
+    with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and neuron:1"):
+        a + torch.ones(3, device="neuron:1")
+
+
+def test_cpu_scalar_tensor_is_allowed_like_cuda():
+    a = torch.ones(3, device="neuron")
+    assert (a * torch.tensor(2.0)).cpu().equal(torch.full((3,), 2.0))
+
+
+def test_cpu_index_tensor_is_allowed_like_cuda():
+    a = torch.arange(5.0, device="neuron")
+    assert a[torch.tensor([0, 3])].cpu().equal(torch.tensor([0.0, 3.0]))
+
+
+def test_numpy_on_neuron_tensor_errors():
+    with pytest.raises(TypeError, match="neuron"):
+        torch.ones(2, device="neuron").numpy()
+
+
+def test_views_share_device_memory():
+    a = torch.zeros(4, 4, device="neuron")
+    row = a[1]
+    row.fill_(3.0)
+    t = a.t()
+    assert t.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+    assert a.cpu()[1].eq(3).all() and t.cpu()[:, 1].eq(3).all()
+
+
+def test_inplace_returns_same_tensor_and_out_resizes():
+    a = torch.ones(3, device="neuron")
+    assert a.add_(1) is a
+    out = torch.empty(0, device="neuron")
+    torch.add(torch.ones(5, device="neuron"), 1, out=out)
+    assert out.shape == (5,) and out.cpu().eq(2).all()
+
+
+def test_tied_weights_stay_tied_after_to():
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head}).to("neuron")
+    assert model["emb"].weight is model["head"].weight
+    assert model["emb"].weight.device.type == "neuron"
+
+
+def test_no_copy_fallback_for_common_ops():
+    import neuron_runtime
+
+    neuron_runtime.reset_op_counts()
+    x = torch.randn(8, 16, device="neuron", requires_grad=True)
+    w = torch.randn(16, 4, device="neuron", requires_grad=True)
+    y = torch.nn.functional.gelu(x @ w).softmax(-1).sum()
+    y.backward()
+    assert neuron_runtime.get_fallback_ops() == {}
+
+
+def test_storage_resize():
+    s = torch.ones(4, device="neuron").untyped_storage()
+    s.resize_(64)
+    assert s.nbytes() == 64 and s.device.type == "neuron"

@@ -1,0 +1,104 @@
+"""The caching allocator: statistics, capacity and out-of-memory behaviour."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+MiB = 1 << 20
+
+
+def test_allocated_and_reserved_track_tensors():
+    torch.neuron.empty_cache()
+    base = torch.neuron.memory_allocated()
+    x = torch.empty(4 * MiB, dtype=torch.uint8, device="neuron")
+    assert torch.neuron.memory_allocated() == base + 4 * MiB
+    assert torch.neuron.memory_reserved() >= torch.neuron.memory_allocated()
+    del x
+    assert torch.neuron.memory_allocated() == base
+    assert torch.neuron.memory_reserved() >= 4 * MiB  # cached, not returned
+    torch.neuron.empty_cache()
+    assert torch.neuron.memory_reserved() == torch.neuron.memory_stats()["reserved_bytes.all.current"]
+
+
+def test_peak_and_reset():
+    torch.neuron.reset_peak_memory_stats()
+    base = torch.neuron.max_memory_allocated()
+    x = torch.empty(8 * MiB, dtype=torch.uint8, device="neuron")
+    del x
+    assert torch.neuron.max_memory_allocated() >= base + 8 * MiB
+    torch.neuron.reset_peak_memory_stats()
+    assert torch.neuron.max_memory_allocated() == torch.neuron.memory_allocated()
+
+
+def test_cached_block_is_reused():
+    x = torch.empty(3 * MiB, dtype=torch.uint8, device="neuron")
+    ptr = x.data_ptr()
+    del x
+    y = torch.empty(3 * MiB, dtype=torch.uint8, device="neuron")
+    assert y.data_ptr() == ptr
+
+
+def test_memory_is_per_core():
+    before = torch.neuron.memory_allocated(1)
+    x = torch.empty(2 * MiB, dtype=torch.uint8, device="neuron:1")
+    assert torch.neuron.memory_allocated(1) == before + 2 * MiB
+    del x
+
+
+def test_stats_match_torch_accelerator_api():
+    x = torch.empty(MiB, dtype=torch.uint8, device="neuron")
+    assert torch.accelerator.memory_allocated(0) == torch.neuron.memory_allocated(0)
+    stats = torch.neuron.memory_stats()
+    for key in ("allocated_bytes.all.current", "reserved_bytes.all.peak", "num_ooms", "allocation.all.allocated"):
+        assert key in stats
+    del x
+
+
+def test_mem_get_info_reports_capacity():
+    free, total = torch.neuron.mem_get_info(0)
+    assert total == 24 * 2**30 and 0 < free <= total
+
+
+def test_memory_summary_mentions_core():
+    assert "neuron:0" in torch.neuron.memory_summary()
+
+
+def test_out_of_memory_error_and_recovery():
+    torch.neuron.reset_accumulated_memory_stats()
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        torch.empty(30 * 2**30, dtype=torch.uint8, device="neuron")
+    message = str(info.value)
+    assert "Tried to allocate 30.00 GiB" in message and "total capacity of 24.00 GiB" in message
+    assert torch.neuron.memory_stats()["num_ooms"] == 1
+    # The process keeps working.
+    assert (torch.ones(3, device="neuron") + 1).cpu().eq(2).all()
+
+
+def test_oom_after_filling_the_core_then_freeing(python_in_subprocess):
+    result = python_in_subprocess(
+        """
+        import torch
+        blocks = [torch.empty(64 << 20, dtype=torch.uint8, device="neuron") for _ in range(4)]
+        try:
+            torch.empty(64 << 20, dtype=torch.uint8, device="neuron")
+        except torch.OutOfMemoryError as e:
+            print("OOM", "Tried to allocate 64.00 MiB" in str(e))
+        del blocks
+        x = torch.empty(200 << 20, dtype=torch.uint8, device="neuron")  # cache released and retried
+        print("OK", torch.neuron.memory_stats()["num_alloc_retries"] >= 1)
+        """,
+        env={"NEURON_EMU_HBM_GIB": "0.25"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OOM True" in result.stdout and "OK True" in result.stdout
+
+
+def test_pin_memory_and_non_blocking_copy():
+    x = torch.randn(16).pin_memory()
+    assert x.is_pinned()
+    y = x.to("neuron", non_blocking=True)
+    torch.neuron.synchronize()
+    assert y.cpu().equal(x)
+    z = y.to("cpu", non_blocking=True)
+    assert z.equal(x)

@@ -1,0 +1,84 @@
+"""Device generators: seeding, reproducibility, state save/restore, torch.Generator."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def test_seeded_runs_reproduce():
+    torch.manual_seed(123)
+    a = torch.randn(100, device="neuron")
+    torch.manual_seed(123)
+    b = torch.randn(100, device="neuron")
+    assert a.cpu().equal(b.cpu())
+
+
+def test_neuron_stream_matches_cpu_for_same_seed():
+    torch.manual_seed(7)
+    cpu = torch.rand(50)
+    torch.manual_seed(7)
+    dev = torch.rand(50, device="neuron")
+    assert dev.cpu().equal(cpu)
+
+
+def test_device_generator_is_independent_of_cpu():
+    torch.manual_seed(0)
+    torch.randn(10)  # advances only the CPU generator
+    a = torch.randn(10, device="neuron")
+    torch.manual_seed(0)
+    b = torch.randn(10, device="neuron")
+    assert a.cpu().equal(b.cpu())
+
+
+def test_get_set_rng_state():
+    torch.neuron.manual_seed(5)
+    state = torch.neuron.get_rng_state()
+    a = torch.rand(10, device="neuron")
+    torch.neuron.set_rng_state(state)
+    b = torch.rand(10, device="neuron")
+    assert a.cpu().equal(b.cpu())
+    states = torch.neuron.get_rng_state_all()
+    assert len(states) == torch.neuron.device_count()
+    torch.neuron.set_rng_state_all(states)
+
+
+def test_explicit_generator():
+    g = torch.Generator("neuron")
+    g.manual_seed(42)
+    a = torch.randn(5, device="neuron", generator=g)
+    g.manual_seed(42)
+    b = torch.randn(5, device="neuron", generator=g)
+    assert g.device.type == "neuron" and a.cpu().equal(b.cpu())
+
+
+def test_dropout_and_inplace_random_ops():
+    torch.manual_seed(1)
+    x = torch.ones(1000, device="neuron")
+    y = torch.nn.functional.dropout(x, 0.5)
+    assert 300 < int((y == 0).sum()) < 700
+    z = torch.empty(100, device="neuron").uniform_(2, 3)
+    assert z.min() >= 2 and z.max() <= 3
+
+
+def test_cpu_generator_for_neuron_op_errors():
+    with pytest.raises(RuntimeError, match="Expected a 'neuron' device type for generator"):
+        torch.randn(3, device="neuron", generator=torch.Generator())
+
+
+def test_initial_seed_and_seed():
+    torch.neuron.manual_seed(99)
+    assert torch.neuron.initial_seed() == 99
+    torch.neuron.manual_seed_all(3)
+    assert all(torch.neuron.default_generators[i].initial_seed() == 3 for i in range(torch.neuron.device_count()))
+
+
+def test_dropout_uses_the_device_generator_and_restores_with_state():
+    x = torch.ones(64, device="neuron")
+    torch.neuron.manual_seed(3)
+    state = torch.neuron.get_rng_state()
+    a = torch.nn.functional.dropout(x, 0.5)
+    torch.randn(5)  # CPU draws must not affect the device stream
+    torch.neuron.set_rng_state(state)
+    b = torch.nn.functional.dropout(x, 0.5)
+    assert a.cpu().equal(b.cpu())

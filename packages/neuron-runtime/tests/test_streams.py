@@ -1,0 +1,62 @@
+"""Streams and events: identities, priorities, current-stream context, timing."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+
+def test_stream_priority_and_identity():
+    s = torch.neuron.Stream(priority=-1)
+    t = torch.neuron.Stream()
+    assert s.priority == -1 and t.priority == 0
+    assert s.stream_id != t.stream_id and s.device.type == "neuron"
+    assert torch.neuron.default_stream().stream_id == 0
+
+
+def test_generic_torch_stream_on_neuron():
+    s = torch.Stream(device="neuron", priority=-1)
+    assert s.device_type == torch.neuron.current_stream().device_type
+
+
+def test_stream_context_sets_current():
+    s = torch.neuron.Stream()
+    before = torch.neuron.current_stream()
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_stream() == s
+        x = torch.ones(4, device="neuron") * 2
+    assert torch.neuron.current_stream() == before
+    assert x.cpu().eq(2).all()
+
+
+def test_event_record_wait_query_and_elapsed_time():
+    start = torch.neuron.Event(enable_timing=True)
+    end = torch.neuron.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.02)
+    x = torch.randn(256, 256, device="neuron") @ torch.randn(256, 256, device="neuron")
+    end.record()
+    other = torch.neuron.Stream()
+    other.wait_event(end)
+    assert end.query() and other.query()
+    end.synchronize()
+    assert end.elapsed_time(start) < 0 < start.elapsed_time(end)
+    assert start.elapsed_time(end) >= 15.0
+    assert isinstance(start, torch.neuron.Event) and not isinstance(torch.Event("cpu"), torch.neuron.Event)
+    assert x.shape == (256, 256)
+
+
+def test_elapsed_time_requires_timing():
+    a, b = torch.neuron.Event(), torch.neuron.Event()
+    a.record()
+    b.record()
+    with pytest.raises((RuntimeError, ValueError), match="enable_timing=True"):
+        a.elapsed_time(b)
+
+
+def test_synchronize_and_stream_synchronize():
+    torch.neuron.synchronize()
+    torch.neuron.Stream().synchronize()
+    torch.accelerator.synchronize()
