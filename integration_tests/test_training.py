@@ -42,8 +42,10 @@ def test_fp32_training_matches_cpu():
     cpu_losses, cpu_model = _train("cpu", 6)
     assert neuron_model[0].weight is neuron_model[-1].weight
     torch.testing.assert_close(neuron_losses, cpu_losses, rtol=1e-5, atol=1e-6)
+    # AdamW normalises each gradient, so parameters whose true gradient is zero (the key
+    # bias of attention) move by +-lr on rounding noise: compare at the learning-rate scale.
     for (name, p), q in zip(neuron_model.named_parameters(), cpu_model.parameters()):
-        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-4, msg=name)
 
 
 def test_bf16_autocast_training_matches_cpu_autocast():
