@@ -1,0 +1,70 @@
+"""Ops ATen routes differently for a custom device: convolution, SDPA, integer histc, dropout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+@pytest.mark.parametrize("dims, transposed", [(1, False), (2, False), (3, False), (2, True)])
+def test_convolution_forward_backward_matches_cpu(dims, transposed):
+    torch.manual_seed(0)
+    shape = (2, 4) + (6,) * dims
+    x = torch.randn(shape, requires_grad=True)
+    conv_cls = {1: torch.nn.Conv1d, 2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[dims]
+    if transposed:
+        conv_cls = torch.nn.ConvTranspose2d
+    conv = conv_cls(4, 3, 3, padding=1, groups=1)
+    y = conv(x)
+    y.square().sum().backward()
+    xn = x.detach().to("neuron").requires_grad_()
+    conv_n = conv_cls(4, 3, 3, padding=1).to("neuron")
+    conv_n.load_state_dict(conv.state_dict())
+    yn = conv_n(xn)
+    yn.square().sum().backward()
+    torch.testing.assert_close(yn.cpu(), y)
+    torch.testing.assert_close(xn.grad.cpu(), x.grad)
+    torch.testing.assert_close(conv_n.weight.grad.cpu(), conv.weight.grad)
+    torch.testing.assert_close(conv_n.bias.grad.cpu(), conv.bias.grad)
+
+
+def test_depthwise_conv1d_like_ssm_models():
+    x = torch.randn(2, 8, 16)
+    w = torch.randn(8, 1, 4)
+    expected = F.conv1d(x, w, padding=3, groups=8)
+    got = F.conv1d(x.neuron(), w.neuron(), padding=3, groups=8)
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_sdpa_matches_cpu_exactly():
+    q, k, v = (torch.randn(2, 4, 16, 8) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    got = F.scaled_dot_product_attention(q.neuron(), k.neuron(), v.neuron(), is_causal=True)
+    assert got.cpu().equal(expected)
+
+
+def test_integer_histc_like_cuda():
+    experts = torch.tensor([0, 1, 1, 3, 3, 3], device="neuron")
+    counts = torch.histc(experts, bins=4, min=0, max=3)
+    assert counts.dtype == torch.int64 and counts.cpu().tolist() == [1, 2, 0, 3]
+    floats = torch.histc(torch.tensor([0.5, 1.5], device="neuron"), bins=2, min=0, max=2)
+    assert floats.cpu().tolist() == [1.0, 1.0]
+
+
+def test_grouped_mm_for_moe():
+    a = torch.randn(4, 8, dtype=torch.bfloat16)
+    b = torch.randn(2, 8, 16, dtype=torch.bfloat16)
+    offs = torch.tensor([2, 4], dtype=torch.int32)
+    expected = torch._grouped_mm(a, b, offs=offs)
+    got = torch._grouped_mm(a.neuron(), b.neuron(), offs=offs.neuron())
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_import_does_not_initialise_the_device(python_in_subprocess):
+    result = python_in_subprocess(
+        "import torch\nprint(torch.neuron.is_available(), torch.neuron.is_initialized())\n"
+        "torch.ones(1, device='neuron')\nprint(torch.neuron.is_initialized())\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False", "True"]
