@@ -152,14 +152,21 @@ c10::Storage HostViewSet::neuronStorageFor(const at::Tensor& cpu, c10::DeviceInd
   return copy;
 }
 
-at::Tensor HostViewSet::toNeuron(const at::Tensor& cpu, c10::DeviceIndex device,
-                                 const char* op_name) {
+at::Tensor HostViewSet::toNeuron(at::Tensor cpu, c10::DeviceIndex device, const char* op_name) {
   if (!cpu.defined() || !cpu.is_cpu()) {
     return cpu;
   }
   TORCH_CHECK(cpu.layout() == c10::kStrided, "neuron: ", op_name, " produced a ", cpu.layout(),
               " tensor; the neuron device supports strided (dense) tensors only.");
   c10::Storage storage = neuronStorageFor(cpu, device, op_name);
+  const c10::Device where(c10::DeviceType::PrivateUse1, device);
+  if (cpu.use_count() == 1 && !cpu.is_inference()) {
+    // Only the caller holds this result: turn it into a neuron tensor where it stands.
+    c10::TensorImpl* impl = cpu.unsafeGetTensorImpl();
+    impl->set_storage_keep_dtype(std::move(storage));
+    impl->_change_backend_component_keys(where);
+    return cpu;
+  }
   auto result = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), cpu.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(),

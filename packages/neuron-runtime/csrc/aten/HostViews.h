@@ -5,8 +5,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-
-#include <vector>
+#include <c10/util/SmallVector.h>
 
 namespace neuron {
 
@@ -33,8 +32,9 @@ class HostViewSet {
   // A CPU tensor aliasing `tensor`'s bytes (same sizes, strides, offset, conj/neg bits).
   at::Tensor viewOf(const at::Tensor& tensor);
   // The neuron tensor for a CPU result on `device`: aliases an input, adopts a fresh
-  // neuron-backed allocation, or (last resort, counted) copies.
-  at::Tensor toNeuron(const at::Tensor& cpu, c10::DeviceIndex device, const char* op_name);
+  // neuron-backed allocation, or (last resort, counted) copies. A result nobody else holds
+  // is converted in place (no new TensorImpl).
+  at::Tensor toNeuron(at::Tensor cpu, c10::DeviceIndex device, const char* op_name);
   // After a kernel wrote to `view` (an out= or in-place argument), brings `neuron_tensor`'s
   // storage and geometry in line with it.
   void syncBack(const at::Tensor& neuron_tensor, const at::Tensor& view, const char* op_name);
@@ -45,8 +45,11 @@ class HostViewSet {
     c10::Storage neuron_storage;
   };
   c10::Storage neuronStorageFor(const at::Tensor& cpu, c10::DeviceIndex device, const char* op_name);
-  std::vector<Entry> entries_;
+  c10::SmallVector<Entry, 4> entries_;
 };
+
+// Sends structured ATen ops straight to the zero-copy fallback (see ZeroCopyFallback.cpp).
+void registerDirectFallbacks();
 
 // One-off CPU view, for code paths that handle a single tensor (copy, item()).
 at::Tensor hostView(const at::Tensor& tensor);

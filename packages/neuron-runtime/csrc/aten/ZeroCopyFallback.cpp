@@ -11,6 +11,7 @@
 #include "runtime/NeuronGenerator.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <memory>
@@ -210,7 +211,7 @@ void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*
   HostViewSet views;
   ArgumentBridge bridge(plan, schema, views);
   std::optional<c10::Device> device_arg;
-  std::vector<std::pair<size_t, c10::IValue>> written;  // (argument, original value)
+  c10::SmallVector<std::pair<size_t, c10::IValue>, 4> written;  // (argument, original value)
 
   for (size_t i = 0; i < num_args; ++i) {
     c10::IValue& value = (*stack)[first + i];
@@ -249,8 +250,7 @@ void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*
     value = at::check_generator<NeuronGeneratorImpl>(generator)->engine();
   }
 
-  std::vector<c10::IValue> bridged_written;
-  bridged_written.reserve(written.size());
+  c10::SmallVector<c10::IValue, 4> bridged_written;
   for (const auto& [arg, original] : written) bridged_written.push_back((*stack)[first + arg]);
 
   {
@@ -281,6 +281,30 @@ void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());
+}
+
+// Structured ops (add, mul, ...) have a generic "default backend" kernel that PrivateUse1
+// would otherwise use: it builds the TensorIterator, allocates the output, then calls the
+// out= variant, which our fallback runs on the CPU, building the TensorIterator again.
+// Routing them straight to the fallback runs the CPU's own functional kernel once.
+void registerDirectFallbacks() {
+  static std::unique_ptr<torch::Library> library;
+  if (library) return;
+  library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                             c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    std::string qualified = name.name.substr(6);
+    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());
+  }
 }
 
 }  // namespace neuron

@@ -74,6 +74,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace neuron;
   m.doc() = "C++ runtime of the emulated Trainium device.";
   installAllocationRedirect();
+  registerDirectFallbacks();
 
   m.def("_configure", &configure, "Install the emulated instance's configuration.");
   m.def("_device_count", []() { return static_cast<int>(deviceCount()); });
