@@ -119,3 +119,9 @@ def test_storage_resize():
     s = torch.ones(4, device="neuron").untyped_storage()
     s.resize_(64)
     assert s.nbytes() == 64 and s.device.type == "neuron"
+
+
+def test_structured_ops_route_straight_to_cpu_kernels():
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for op in ("aten::add.Tensor", "aten::mul.Tensor", "aten::add_.Tensor", "aten::gelu"):
+        assert has(op, "PrivateUse1"), op
