@@ -18,6 +18,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <cstring>
+
 namespace neuron {
 namespace {
 
@@ -109,6 +111,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
               "neuron: cannot copy to a ", dst.device(), " tensor from ", self.device(),
               "; move it to the CPU first.");
   if (dst.is_privateuseone()) checkFloat64("aten::copy_", dst.scalar_type());
+  if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() && self.is_contiguous() &&
+      dst.is_contiguous() && !self.is_conj() && !dst.is_conj() && !self.is_neg() && !dst.is_neg()) {
+    // Same layout and type: device memory is host memory, so a copy is one memcpy.
+    if (self.numel() > 0 && self.data_ptr() != dst.data_ptr()) {
+      std::memmove(dst.data_ptr(), self.data_ptr(), self.nbytes());
+    }
+    return dst;
+  }
   at::Tensor dst_view = hostView(dst);
   dst_view.copy_(hostView(self));
   return dst;

@@ -157,10 +157,11 @@ c10::IValue bridgeList(const c10::IValue& value, size_t arg, ArgumentBridge& bri
   return bridged;
 }
 
-c10::IValue adoptValue(const c10::IValue& value, c10::DeviceIndex device, HostViewSet& views,
+c10::IValue adoptValue(c10::IValue value, c10::DeviceIndex device, HostViewSet& views,
                        const OpPlan& plan) {
   if (value.isTensor()) {
-    at::Tensor result = views.toNeuron(value.toTensor(), device, plan.name.c_str());
+    // Moved out, so a result held by nobody else is converted in place.
+    at::Tensor result = views.toNeuron(std::move(value).toTensor(), device, plan.name.c_str());
     if (result.defined()) checkFloat64(plan.name, result.scalar_type());
     return result;
   }
@@ -273,7 +274,7 @@ void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*
       }
       continue;
     }
-    value = adoptValue(value, device.index(), views, plan);
+    value = adoptValue(std::move(value), device.index(), views, plan);
   }
 }
 
@@ -283,10 +284,22 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());
 }
 
-// Structured ops (add, mul, ...) have a generic "default backend" kernel that PrivateUse1
-// would otherwise use: it builds the TensorIterator, allocates the output, then calls the
-// out= variant, which our fallback runs on the CPU, building the TensorIterator again.
-// Routing them straight to the fallback runs the CPU's own functional kernel once.
+// Ops with both a CPU kernel and a generic kernel PrivateUse1 would otherwise use:
+// structured ops (add, mul, ...) whose "default backend" kernel builds the TensorIterator,
+// allocates the output and calls the out= variant (which the fallback then runs on the CPU,
+// building the TensorIterator again), and ops like native_layer_norm whose
+// CompositeExplicitAutograd kernel is a long decomposition of the CPU's fused kernel.
+// Routing them straight to the fallback runs the CPU's own kernel once. Ops returning
+// views keep their generic kernels.
+namespace {
+bool returnsView(const c10::FunctionSchema& schema) {
+  for (const auto& ret : schema.returns()) {
+    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) return true;
+  }
+  return false;
+}
+}  // namespace
+
 void registerDirectFallbacks() {
   static std::unique_ptr<torch::Library> library;
   if (library) return;
@@ -296,11 +309,14 @@ void registerDirectFallbacks() {
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) continue;
     auto op = dispatcher.findOp(name);
-    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
       continue;
     }
+    const bool generic =
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+    if (!generic || returnsView(op->schema())) continue;
     std::string qualified = name.name.substr(6);
     if (!name.overload_name.empty()) qualified += "." + name.overload_name;
     library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());

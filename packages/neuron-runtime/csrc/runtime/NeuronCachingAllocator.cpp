@@ -105,11 +105,12 @@ class AllocatorState {
     CorePool& pool = poolFor(device);
     const size_t size = roundSize(nbytes);
     const bool small = nbytes <= kSmallLimit;
-    void* ptr = takeCached(pool, size, small);
+    size_t block_size = size;
+    void* ptr = takeCached(pool, size, small, &block_size);
     if (ptr == nullptr) {
       ptr = newSegment(pool, device, size, nbytes, small);
     }
-    Block block{device, blockSizeOf(ptr, size), nbytes, small};
+    Block block{device, block_size, nbytes, small};
     live_[ptr] = block;
     updateStats(pool.stats, block, true);
     return ptr;
@@ -194,16 +195,13 @@ class AllocatorState {
     return pools_[static_cast<size_t>(device)];
   }
 
-  size_t blockSizeOf(void* ptr, size_t fallback) {
-    auto it = segments_.find(reinterpret_cast<uintptr_t>(ptr));
-    return it == segments_.end() ? fallback : it->second.first;
-  }
-
-  void* takeCached(CorePool& pool, size_t size, bool small) {
+  // A cached block for `size` bytes (its own size in *block_size), or nullptr.
+  void* takeCached(CorePool& pool, size_t size, bool small, size_t* block_size) {
     auto it = pool.cached.lower_bound(size);
     if (it == pool.cached.end()) return nullptr;
     if (small ? it->first != size : it->first > 2 * size) return nullptr;
     void* ptr = it->second;
+    *block_size = it->first;
     pool.cached.erase(it);
     return ptr;
   }
