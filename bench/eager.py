@@ -39,6 +39,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ DEVICE = "neuron"
 GOALS = {"small": 1.30, "large": 1.05, "train": 1.15}
 SMALL = 1024  # elements
 LARGE_SIDE = 1024  # large tensors are 1024 x 1024 = 1M elements
+STALL_NS = 300_000  # a 1024-element op this slow waited for a preempted OpenMP thread
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,9 +71,9 @@ class Settings:
     probe_blocks: int
 
 
-FULL = Settings(blocks=21, block_ms=30.0, subs=5, warmup_ms=40.0, train_blocks=11,
+FULL = Settings(blocks=21, block_ms=30.0, subs=10, warmup_ms=40.0, train_blocks=11,
                 train_steps_per_block=3, probe_blocks=21)
-QUICK = Settings(blocks=7, block_ms=12.0, subs=3, warmup_ms=15.0, train_blocks=5,
+QUICK = Settings(blocks=7, block_ms=12.0, subs=4, warmup_ms=15.0, train_blocks=5,
                  train_steps_per_block=1, probe_blocks=7)
 
 
@@ -160,7 +162,10 @@ def measure(cpu_fn: Callable[[], Any], dev_fn: Callable[[], Any], blocks: int, b
     est_cpu = _warm_and_estimate(cpu_fn, warmup_ms)
     est_dev = _warm_and_estimate(dev_fn, warmup_ms)
     if reps is None:
-        reps = max(1, int(block_ms * 1e6 / subs / max(est_cpu, est_dev, 1.0)))
+        per_call = max(est_cpu, est_dev, 1.0)
+        reps = max(1, int(block_ms * 1e6 / subs / per_call))
+        if reps == 1:  # long calls: fewer runs per block, so a block stays near block_ms
+            subs = max(1, min(subs, round(block_ms * 1e6 / per_call)))
     m = Measurement(reps=reps, subs=subs)
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -325,16 +330,20 @@ def bench_train(s: Settings, foreach: bool | None, check_steps: int = 3) -> dict
 
 
 def _probe_cases() -> dict[str, Callable[[dict[str, Any]], Any]]:
-    # Each probe adds one cost to the previous ones; "extra" is neuron minus CPU per call.
+    # "extra" is neuron minus CPU per call. view: a neuron kernel, no fallback (dispatcher and
+    # Python cost of a neuron tensor); empty: the caching allocator; relu: the fallback with
+    # one CPU view and one output; add out=: three views, no allocation; add / add_: a
+    # structured op's functional and in-place forms (cost more than out= when the op is not
+    # routed straight to the fallback); cat 8: a tensor list; copy_: _copy_from.
     return {
-        "view: dispatch only, no fallback": lambda t: t["x"].view(-1),
-        "empty(1024): allocator": lambda t: torch.empty(SMALL, device=t["dev"]),
-        "relu: fallback, 1 view, alloc": lambda t: torch.relu(t["x"]),
-        "add out=: fallback, 3 views": lambda t: torch.add(t["x"], t["y"], out=t["o"]),
-        "add: structured (meta+empty+out=)": lambda t: t["x"] + t["y"],
-        "add_: structured in-place": lambda t: t["o"].add_(t["y"]),
-        "cat 8: fallback, 8 views": lambda t: torch.cat(t["l8"]),
-        "copy_: _copy_from, 2 views": lambda t: t["o"].copy_(t["x"]),
+        "view (no fallback)": lambda t: t["x"].view(-1),
+        "empty(1024) (allocator)": lambda t: torch.empty(SMALL, device=t["dev"]),
+        "relu (fallback: 1 view + 1 alloc)": lambda t: torch.relu(t["x"]),
+        "add out= (fallback: 3 views)": lambda t: torch.add(t["x"], t["y"], out=t["o"]),
+        "add (structured functional)": lambda t: t["x"] + t["y"],
+        "add_ (structured in-place)": lambda t: t["o"].add_(t["y"]),
+        "cat of 8 (tensor list: 8 views)": lambda t: torch.cat(t["l8"]),
+        "copy_ (_copy_from: 2 views)": lambda t: t["o"].copy_(t["x"]),
     }
 
 
@@ -379,6 +388,8 @@ HEADER = (f"{'kind':<6} {'name':<18} {'cpu':>11} {'neuron':>11} {'ratio':>6} "
 def _print_row(row: dict[str, Any]) -> None:
     verdict = "PASS" if row["ratio"] <= row["goal"] else "MISS"
     note = "" if row.get("correct", True) else "  (WRONG RESULT)"
+    if row["kind"] == "small" and min(row["cpu_ns"], row["neuron_ns"]) > STALL_NS:
+        note += "  (stalled: a worker thread was preempted; see README)"
     name = row["name"] if row["kind"] != "train" else "train step"
     print(f"{row['kind']:<6} {name:<18} {_fmt_ns(row['cpu_ns'])} {_fmt_ns(row['neuron_ns'])} "
           f"{row['ratio']:6.2f} {row['ratio_q1']:5.2f}-{row['ratio_q3']:<5.2f} {row['best_ratio']:5.2f} "
@@ -409,13 +420,18 @@ def _runtime_build() -> dict[str, Any]:
         return {"error": repr(error)}
 
 
-def _fallback_copies() -> dict[str, int]:
+def _counters() -> tuple[dict[str, int], dict[str, int]]:
+    """(copy fallbacks, float64 ops) counted by the runtime so far."""
     try:
         import neuron_runtime
 
-        return neuron_runtime.get_fallback_ops()
+        return neuron_runtime.get_fallback_ops(), neuron_runtime.get_float64_ops()
     except Exception:  # noqa: BLE001
-        return {}
+        return {}, {}
+
+
+def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"{meta['command']}\n{meta['date']}  torch {meta['torch']}  {meta['nproc']} cpus "
           f"({meta['cpu_model']}), {meta['threads']} threads, load {meta['loadavg_start'][0]:.2f}")
+    build = meta["runtime_build"]
+    print(f"neuron runtime: {build.get('path', '?')} sha256 {build.get('sha256_12', '?')} "
+          f"built {build.get('mtime', '?')}")
     print(f"ratio = neuron time / CPU time, median over {s.blocks} interleaved block pairs "
           f"(a block: the fastest of {s.subs} runs of ~{s.block_ms / s.subs:.0f} ms); "
           f"IQR = quartiles of the pair ratios;\nbest = fastest neuron block / fastest CPU block. "
@@ -456,8 +475,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"WARNING: load average {meta['loadavg_start'][0]:.2f} on {os.cpu_count()} cpus: "
               f"other work is running; expect noisy ratios.\n")
     torch.empty(1, device=DEVICE)  # initialise the device outside any measurement
-    copies_before = _fallback_copies()
+    copies_before, float64_before = _counters()
 
+    warnings.filterwarnings("ignore", message="neuron: .* uses Double")  # counted below
     rows: list[dict[str, Any]] = []
     if "ops" not in skip:
         print(HEADER)
@@ -473,9 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\nprobes (1024 elements; no goal): where the extra time per op goes")
         probes = bench_probes(s)
 
-    copies = {k: v - copies_before.get(k, 0) for k, v in _fallback_copies().items()
-              if v != copies_before.get(k, 0)}
-    scored = [r for r in rows]
+    copies_after, float64_after = _counters()
+    copies, float64 = _delta(copies_after, copies_before), _delta(float64_after, float64_before)
+    scored = rows
     missed = [r for r in scored if r["ratio"] > r["goal"]]
     wrong = [r for r in scored if not r.get("correct", True)]
     print("\nsummary")
@@ -492,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     if wrong:
         print(f"  WRONG RESULTS: {', '.join(r['name'] for r in wrong)}")
     print(f"  copy fallbacks during the run: {copies or 'none'}")
+    print(f"  float64 ops counted by the runtime: {float64 or 'none'}")
     elapsed = time.time() - started
     meta["loadavg_end"] = os.getloadavg()
     meta["elapsed_s"] = elapsed
@@ -500,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows, "probes": probes, "copy_fallbacks": copies}, f,
+            json.dump({"meta": meta, "rows": rows, "probes": probes, "copy_fallbacks": copies,
+                       "float64_ops": float64}, f,
                       indent=1)
         print(f"  raw results: {args.json}")
     return 0
