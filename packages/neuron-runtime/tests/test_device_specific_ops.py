@@ -68,3 +68,18 @@ def test_import_does_not_initialise_the_device(python_in_subprocess):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False", "True"]
+
+
+def test_conjugate_views_copy_without_recursion():
+    x = torch.randn(4, dtype=torch.complex64)
+    assert x.conj().neuron().cpu().equal(x.conj().resolve_conj())
+    assert x.neuron().conj().clone().cpu().equal(x.conj().resolve_conj())
+    torch.testing.assert_close(torch.fft.ifft(x.neuron()).cpu(), torch.fft.ifft(x))
+
+
+def test_zero_tensor_gradients():
+    y = torch.randn(3, device="neuron", requires_grad=True)
+    torch.sgn(y).sum().backward()
+    assert y.grad.cpu().equal(torch.zeros(3))
+    z = torch._efficientzerotensor(3, device="neuron")
+    assert z._is_zerotensor() and (z + 1).cpu().equal(torch.ones(3))

@@ -5,6 +5,7 @@
 #include "aten/OpAccounting.h"
 #include "runtime/NeuronCachingAllocator.h"
 
+#include <ATen/ops/_efficientzerotensor.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
@@ -158,6 +159,10 @@ at::Tensor HostViewSet::toNeuron(at::Tensor cpu, c10::DeviceIndex device, const 
   }
   TORCH_CHECK(cpu.layout() == c10::kStrided, "neuron: ", op_name, " produced a ", cpu.layout(),
               " tensor; the neuron device supports strided (dense) tensors only.");
+  if (cpu._is_zerotensor()) {
+    return at::_efficientzerotensor(cpu.sizes(), cpu.options().device(
+                                                     c10::Device(c10::DeviceType::PrivateUse1, device)));
+  }
   c10::Storage storage = neuronStorageFor(cpu, device, op_name);
   const c10::Device where(c10::DeviceType::PrivateUse1, device);
   if (cpu.use_count() == 1 && !cpu.is_inference()) {

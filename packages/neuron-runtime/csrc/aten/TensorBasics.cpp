@@ -139,6 +139,28 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::_local_scalar_dense(hostView(self));
 }
 
+// A tensor of zeros with no memory (what autograd uses for known-zero gradients); the
+// ZeroTensor key makes every op see it as zeros before it reaches a kernel.
+struct ZeroTensorAllocator final : c10::Allocator {
+  explicit ZeroTensorAllocator(c10::Device device) : device_(device) {}
+  c10::DataPtr allocate(size_t /*nbytes*/) override { return {nullptr, nullptr, &noop, device_}; }
+  c10::DeleterFnPtr raw_deleter() const override { return &noop; }
+  void copy_data(void* /*dest*/, const void* /*src*/, std::size_t /*count*/) const override {}
+  static void noop(void* /*ptr*/) {}
+  c10::Device device_;
+};
+
+at::Tensor efficientzerotensor(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> /*layout*/,
+                               std::optional<c10::Device> device,
+                               std::optional<bool> /*pin_memory*/) {
+  ZeroTensorAllocator allocator(neuronDevice(device));
+  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) |
+                    c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype),
+                                   std::nullopt);
+}
+
 // Lets Module.to("neuron") swap parameter data in place, keeping tied weights tied, as it
 // does between the CPU and CUDA (c10's dense-backend list does not include PrivateUse1).
 bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
@@ -164,6 +186,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_efficientzerotensor", efficientzerotensor);
+}
+
+// Copies handle conjugate and negative views themselves (the CPU copy they run resolves
+// the bits); without this, the Conjugate fallback would materialise the source with a
+// copy, which calls _copy_from again, forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 // Registered for both backends a parameter moves between; a kernel for the backend key
