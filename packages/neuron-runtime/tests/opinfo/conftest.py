@@ -61,3 +61,10 @@ def _opinfo_timeout(request: pytest.FixtureRequest):
         faulthandler.cancel_dump_traceback_later()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A segfaulting op kills its xdist worker; keep replacing workers instead of stopping the
+    # run after xdist's default 4 x workers crashes. (Known crashers run in a subprocess.)
+    if getattr(config.option, "maxworkerrestart", "absent") is None:
+        config.option.maxworkerrestart = "100000"

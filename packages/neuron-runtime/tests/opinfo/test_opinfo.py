@@ -25,6 +25,8 @@ import itertools
 import json
 import os
 import pathlib
+import subprocess
+import sys
 import traceback
 import warnings
 
@@ -81,6 +83,9 @@ _TOL_TESTS = (None, "test_compare_cpu", "test_variant_consistency_eager",
               "test_noncontiguous_samples", "test_out")
 
 EXPECTED_FAILURES_FILE = pathlib.Path(__file__).with_name("expected_failures.txt")
+# Expected failures whose reason starts with this tag crash the process (segfault, abort):
+# they run in a fresh interpreter so the crash is reported as an ordinary failure.
+CRASH_TAG = "[crash]"
 
 
 def op_id(op) -> str:
@@ -98,6 +103,9 @@ def load_expected_failures() -> dict[str, str]:
         test_id, _, reason = line.partition("#")
         failures[test_id.strip()] = reason.strip() or "known failure"
     return failures
+
+
+_EXPECTED = load_expected_failures()
 
 
 def all_cases(full: bool):
@@ -134,9 +142,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _tensor_to_device(t: torch.Tensor, device: str) -> torch.Tensor:
     """The same values with the same sizes, strides and storage offset on ``device``."""
     src = t.detach()
-    if src.is_contiguous() and src.storage_offset() == 0:
-        out = src.to(device)
-    elif src.layout != torch.strided:
+    if src.layout != torch.strided or (src.is_contiguous() and src.storage_offset() == 0):
         out = src.to(device)
     else:
         numel = src.untyped_storage().nbytes() // src.element_size()
@@ -196,6 +202,21 @@ def flatten_tensors(value) -> list[torch.Tensor]:
 
 def sample_parts(sample):
     return [sample.input, list(sample.args), dict(sample.kwargs)]
+
+
+# Arguments that must stay on the CPU on every device (as on CUDA): op name -> predicate
+# on (argument position, value); position 0 is the first positional argument after input.
+_CPU_ONLY_ARGS = {
+    "tensor_split": lambda pos, value: pos == 0,  # tensor_indices_or_sections
+}
+
+
+def parts_to_device(op, parts):
+    inp, args, kwargs = parts
+    keep = _CPU_ONLY_ARGS.get(op.name, lambda pos, value: False)
+    dev_args = [a if isinstance(a, torch.Tensor) and keep(i, a) else to_device(a)
+                for i, a in enumerate(args)]
+    return [to_device(inp), dev_args, to_device(kwargs)]
 
 
 # ------------------------------------------------------------------------------ comparing
@@ -303,7 +324,7 @@ class CpuReferenceError(Exception):
 
 def check_forward(op, dtype, sample, seed):
     cpu_parts = sample_parts(sample)
-    dev_parts = to_device(cpu_parts)
+    dev_parts = parts_to_device(op, cpu_parts)
     try:
         expected = sample.output_process_fn_grad(run(op, cpu_parts, seed))
     except Exception as e:  # noqa: BLE001
@@ -318,7 +339,7 @@ def check_forward(op, dtype, sample, seed):
 
 def check_backward(op, dtype, sample, seed):
     cpu_parts = sample_parts(sample)
-    dev_parts = to_device(cpu_parts)
+    dev_parts = parts_to_device(op, cpu_parts)
     cpu_in = flatten_tensors(cpu_parts)
     dev_in = flatten_tensors(dev_parts)
     in_idx = differentiable(cpu_in)
@@ -371,16 +392,42 @@ def _log(record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def test_opinfo(opinfo_case, request):
-    op, dtype, direction = opinfo_case
-    test_id = request.node.callspec.id
+def run_in_subprocess(test_id: str, nsamples: int) -> None:
+    """Runs one case in a fresh interpreter (no pytest collection): for ops that crash."""
+    code = (f"import sys; sys.path.insert(0, {str(pathlib.Path(__file__).parents[1])!r}); "
+            f"from opinfo.test_opinfo import run_case_by_id; run_case_by_id({test_id!r}, {nsamples})")
+    env = dict(os.environ)
+    env.pop("NEURON_OPINFO_LOG", None)
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], env=env,
+                          capture_output=True, text=True, timeout=900)
+    out = (proc.stdout + proc.stderr)[-3000:]
+    if proc.returncode < 0 or "Fatal Python error" in out:
+        sig = -proc.returncode if proc.returncode < 0 else proc.returncode
+        first = next((ln for ln in out.splitlines() if "Fatal Python error" in ln), "")
+        raise AssertionError(f"the op crashed the process (signal {sig}: {first}) in a subprocess")
+    if proc.returncode != 0:
+        raise AssertionError("failed in a subprocess:\n" + out[-1500:])
+
+
+def run_case_by_id(test_id: str, nsamples: int) -> None:
+    for case_id, op, dtype, direction in all_cases(True):
+        if case_id == test_id:
+            run_case(op, dtype, direction, test_id, nsamples)
+            return
+    raise LookupError(f"no OpInfo case {test_id}")
+
+
+class NoValidSamples(Exception):
+    pass
+
+
+def run_case(op, dtype, direction, test_id: str, nsamples: int) -> None:
     check = check_forward if direction == "fwd" else check_backward
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         samples = list(itertools.islice(
-            op.sample_inputs("cpu", dtype, requires_grad=direction == "bwd"),
-            opinfo_samples(request.config)))
+            op.sample_inputs("cpu", dtype, requires_grad=direction == "bwd"), nsamples))
     valid, cpu_errors = 0, 0
     for i, sample in enumerate(samples):
         try:
@@ -399,4 +446,18 @@ def test_opinfo(opinfo_case, request):
     _log({"id": test_id, "outcome": "passed" if valid else "skipped", "valid": valid,
           "cpu_errors": cpu_errors, "samples": len(samples)})
     if not valid:
-        pytest.skip(f"no CPU-valid samples ({len(samples)} samples, {cpu_errors} CPU errors)")
+        raise NoValidSamples(f"no CPU-valid samples ({len(samples)} samples, {cpu_errors} CPU errors)")
+
+
+def test_opinfo(opinfo_case, request):
+    op, dtype, direction = opinfo_case
+    test_id = request.node.callspec.id
+    nsamples = opinfo_samples(request.config)
+    if _EXPECTED.get(test_id, "").startswith(CRASH_TAG):
+        _log({"id": test_id, "outcome": "failed", "error": "crash (run in a subprocess)"})
+        run_in_subprocess(test_id, nsamples)
+        return
+    try:
+        run_case(op, dtype, direction, test_id, nsamples)
+    except NoValidSamples as e:
+        pytest.skip(str(e))
