@@ -125,3 +125,18 @@ def test_structured_ops_route_straight_to_cpu_kernels():
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for op in ("aten::add.Tensor", "aten::mul.Tensor", "aten::add_.Tensor", "aten::gelu"):
         assert has(op, "PrivateUse1"), op
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_arithmetic_fast_path_matches_cpu_and_checks_devices(op):
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    fn = getattr(torch, op)
+    torch.testing.assert_close(fn(a.neuron(), b.neuron()).cpu(), fn(a, b))
+    torch.testing.assert_close(fn(a.neuron(), torch.tensor(3.0)).cpu(), fn(a, torch.tensor(3.0)))
+    inplace = a.neuron()
+    assert getattr(inplace, op + "_")(b.neuron()) is inplace
+    torch.testing.assert_close(inplace.cpu(), fn(a, b))
+    with pytest.raises(RuntimeError, match="same device"):
+        fn(a.neuron(), b)
+    with pytest.raises(RuntimeError, match="same device"):
+        fn(a.neuron(), b.to("neuron:1"))

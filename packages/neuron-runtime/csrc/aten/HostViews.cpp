@@ -84,6 +84,21 @@ at::Tensor makeCpuView(const at::Tensor& tensor) {
   return view;
 }
 
+// A result whose shape reaches past its storage would be read out of bounds later: refuse
+// it here, naming the op, instead of crashing then.
+void checkFitsStorage(const at::Tensor& result, const c10::Storage& storage, const char* op_name) {
+  if (result.numel() == 0) return;
+  int64_t last = result.storage_offset();
+  for (int64_t d = 0; d < result.dim(); ++d) {
+    last += (result.size(d) - 1) * result.stride(d);
+  }
+  const size_t needed = static_cast<size_t>(last + 1) * result.dtype().itemsize();
+  TORCH_CHECK(storage.nbytes() >= needed, "neuron: internal error: ", op_name,
+              " produced a result of shape ", result.sizes(), " whose storage holds ",
+              storage.nbytes(), " bytes but needs ", needed,
+              ". Please report this with the op and its inputs.");
+}
+
 }  // namespace
 
 AllocationRedirect::AllocationRedirect(c10::DeviceIndex device) : previous_(t_redirect_device) {
@@ -164,6 +179,7 @@ at::Tensor HostViewSet::toNeuron(at::Tensor cpu, c10::DeviceIndex device, const 
                                                      c10::Device(c10::DeviceType::PrivateUse1, device)));
   }
   c10::Storage storage = neuronStorageFor(cpu, device, op_name);
+  checkFitsStorage(cpu, storage, op_name);
   const c10::Device where(c10::DeviceType::PrivateUse1, device);
   if (cpu.use_count() == 1 && !cpu.is_inference()) {
     // Only the caller holds this result: turn it into a neuron tensor where it stands.
