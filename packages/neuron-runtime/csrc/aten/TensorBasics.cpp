@@ -7,6 +7,7 @@
 #include "runtime/NeuronCachingAllocator.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_local_scalar_dense.h>
@@ -111,9 +112,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
               "neuron: cannot copy to a ", dst.device(), " tensor from ", self.device(),
               "; move it to the CPU first.");
   if (dst.is_privateuseone()) checkFloat64("aten::copy_", dst.scalar_type());
-  if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() && self.is_contiguous() &&
-      dst.is_contiguous() && !self.is_conj() && !dst.is_conj() && !self.is_neg() && !dst.is_neg()) {
-    // Same layout and type: device memory is host memory, so a copy is one memcpy.
+  if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() &&
+      self.numel() < at::internal::GRAIN_SIZE && self.is_contiguous() && dst.is_contiguous() &&
+      !self.is_conj() && !dst.is_conj() && !self.is_neg() && !dst.is_neg()) {
+    // Small, same layout and type: one memcpy (device memory is host memory). Larger
+    // copies take ATen's copy, which splits the work across threads.
     if (self.numel() > 0 && self.data_ptr() != dst.data_ptr()) {
       std::memmove(dst.data_ptr(), self.data_ptr(), self.nbytes());
     }
