@@ -69,18 +69,61 @@ c10::Storage copyToNeuron(const c10::StorageImpl& source, c10::DeviceIndex devic
       /*resizable=*/true));
 }
 
-at::Tensor makeCpuView(const at::Tensor& tensor) {
+at::Tensor buildCpuView(const at::Tensor& tensor) {
   c10::StorageImpl* source = tensor.storage().unsafeGetStorageImpl();
   auto storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), source->nbytes(),
       c10::DataPtr(source->data_ptr().get(), c10::Device(c10::DeviceType::CPU)),
       &redirectingAllocator(), source->resizable());
-  auto view = at::detail::make_tensor<c10::TensorImpl>(
+  return at::detail::make_tensor<c10::TensorImpl>(
       c10::Storage(std::move(storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(tensor.sizes(), tensor.strides(),
-                                                    tensor.storage_offset());
-  if (tensor.is_conj()) view._set_conj(true);
-  if (tensor.is_neg()) view._set_neg(true);
+}
+
+// Re-points a pooled view (held by nobody but the pool) at another tensor's bytes.
+void retargetCpuView(const at::Tensor& view, const at::Tensor& tensor) {
+  c10::StorageImpl* source = tensor.storage().unsafeGetStorageImpl();
+  c10::StorageImpl* storage = view.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(
+      c10::DataPtr(source->data_ptr().get(), c10::Device(c10::DeviceType::CPU)));
+  storage->set_nbytes(source->nbytes());
+  storage->set_resizable(source->resizable());
+  c10::TensorImpl* impl = view.unsafeGetTensorImpl();
+  if (impl->dtype() != tensor.dtype()) {
+    impl->set_storage_and_dtype(view.storage(), tensor.dtype());
+  }
+}
+
+// CPU views are made for every tensor argument of every op; reusing the ones no kernel kept
+// saves two allocations and two frees per argument.
+class ViewPool {
+ public:
+  at::Tensor acquire(const at::Tensor& tensor) {
+    for (size_t probe = 0; probe < views_.size(); ++probe) {
+      at::Tensor& view = views_[next_];
+      next_ = (next_ + 1) % views_.size();
+      if (view.use_count() == 1 && view.storage().use_count() == 1 && !view.is_inference()) {
+        retargetCpuView(view, tensor);
+        return view;
+      }
+    }
+    at::Tensor fresh = buildCpuView(tensor);
+    if (views_.size() < kCapacity) views_.push_back(fresh);
+    return fresh;
+  }
+
+ private:
+  static constexpr size_t kCapacity = 16;
+  c10::SmallVector<at::Tensor, kCapacity> views_;
+  size_t next_ = 0;
+};
+
+at::Tensor makeCpuView(const at::Tensor& tensor) {
+  thread_local ViewPool pool;
+  at::Tensor view = pool.acquire(tensor);
+  c10::TensorImpl* impl = view.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  impl->_set_conj(tensor.is_conj());
+  impl->_set_neg(tensor.is_neg());
   return view;
 }
 
