@@ -140,3 +140,13 @@ def test_arithmetic_fast_path_matches_cpu_and_checks_devices(op):
         fn(a.neuron(), b)
     with pytest.raises(RuntimeError, match="same device"):
         fn(a.neuron(), b.to("neuron:1"))
+
+
+def test_cat_fast_path_matches_cpu_and_checks_devices():
+    a, b = torch.randn(2, 3), torch.randn(4, 3)
+    assert torch.cat([a.neuron(), b.neuron()]).cpu().equal(torch.cat([a, b]))
+    assert torch.cat([a.t().neuron(), b.t().neuron()], dim=1).cpu().equal(torch.cat([a.t(), b.t()], dim=1))
+    with pytest.raises(RuntimeError, match="neuron:0 and cpu"):
+        torch.cat([a.neuron(), b])
+    with pytest.raises(RuntimeError, match="neuron:0 and neuron:1"):
+        torch.cat([a.neuron(), b.to("neuron:1")])
