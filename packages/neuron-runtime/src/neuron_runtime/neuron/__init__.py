@@ -6,9 +6,7 @@ initialises the runtime; the first tensor on the device, ``init()`` or ``set_dev
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,9 +220,3 @@ def _is_autocast_enabled() -> bool:
 
 def _get_autocast_dtype() -> torch.dtype:
     return torch.get_autocast_dtype("neuron")
-
-
-@contextlib.contextmanager
-def _using(index: int) -> Iterator[None]:
-    with device(index):
-        yield
