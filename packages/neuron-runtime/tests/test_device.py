@@ -150,3 +150,12 @@ def test_cat_fast_path_matches_cpu_and_checks_devices():
         torch.cat([a.neuron(), b])
     with pytest.raises(RuntimeError, match="neuron:0 and neuron:1"):
         torch.cat([a.neuron(), b.to("neuron:1")])
+
+
+def test_sum_fast_path_matches_cpu():
+    x = torch.randn(4, 5)
+    for fn in (lambda t: t.sum(), lambda t: t.sum(1), lambda t: t.sum((0, 1), keepdim=True),
+               lambda t: t.int().sum(), lambda t: t.sum(dtype=torch.bfloat16)):
+        expected, got = fn(x), fn(x.neuron())
+        assert got.device.type == "neuron" and got.dtype == expected.dtype
+        torch.testing.assert_close(got.cpu(), expected)
