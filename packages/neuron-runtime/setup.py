@@ -2,8 +2,12 @@
 import glob
 import os
 
-from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+# Building must not load an installed (possibly stale) neuron runtime through torch's
+# backend autoloading.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+
+from setuptools import setup  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _sources = sorted(

@@ -41,13 +41,8 @@ at::Tensor functional(const at::Tensor& self, const at::Tensor& other, const cha
   HostViewSet views;
   const at::Tensor a = self.is_privateuseone() ? views.viewOf(self) : self;
   const at::Tensor b = other.is_privateuseone() ? views.viewOf(other) : other;
-  at::Tensor result;
-  {
-    AllocationRedirect redirect(device);
-    result = kernel(a, b);
-  }
-  if (opMetricsEnabled()) recordZeroCopyOp(name);
-  result = views.toNeuron(std::move(result), device, name);
+  at::Tensor result =
+      views.toNeuron(runOnDevice(device, name, [&] { return kernel(a, b); }), device, name);
   checkFloat64(name, result.scalar_type());
   return result;
 }
@@ -60,11 +55,10 @@ at::Tensor& inplace(at::Tensor& self, const at::Tensor& other, const char* name,
   HostViewSet views;
   at::Tensor a = views.viewOf(self);
   const at::Tensor b = other.is_privateuseone() ? views.viewOf(other) : other;
-  {
-    AllocationRedirect redirect(device);
+  runOnDevice(device, name, [&] {
     kernel(a, b);
-  }
-  if (opMetricsEnabled()) recordZeroCopyOp(name);
+    return 0;
+  });
   return self;
 }
 

@@ -33,13 +33,10 @@ at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
               device.value_or(c10::Device(c10::DeviceType::PrivateUse1)), " and ",
               other.value_or(c10::Device(c10::DeviceType::CPU)),
               "! (when checking argument 'tensors' of aten::cat)");
-  at::Tensor result;
-  {
-    AllocationRedirect redirect(device->index());
-    result = at::cpu::cat(c10::ArrayRef<at::Tensor>(host.data(), host.size()), dim);
-  }
-  if (opMetricsEnabled()) recordZeroCopyOp(kName);
-  return views.toNeuron(std::move(result), device->index(), kName);
+  return views.toNeuron(runOnDevice(device->index(), kName, [&] {
+                          return at::cpu::cat(c10::ArrayRef<at::Tensor>(host.data(), host.size()), dim);
+                        }),
+                        device->index(), kName);
 }
 
 }  // namespace

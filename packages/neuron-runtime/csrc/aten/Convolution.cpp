@@ -22,13 +22,13 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   std::optional<at::Tensor> host_bias;
   if (bias.has_value() && bias->defined()) host_bias = views.viewOf(*bias);
   const auto device = input.device().index();
-  at::Tensor output;
-  {
-    AllocationRedirect redirect(device);
-    output = at::convolution(views.viewOf(input), views.viewOf(weight), host_bias, stride, padding,
-                             dilation, transposed, output_padding, groups);
-  }
-  return views.toNeuron(output, device, "aten::convolution_overrideable");
+  const char* name = "aten::convolution_overrideable";
+  return views.toNeuron(runOnDevice(device, name, [&] {
+                          return at::convolution(views.viewOf(input), views.viewOf(weight), host_bias,
+                                                 stride, padding, dilation, transposed,
+                                                 output_padding, groups);
+                        }),
+                        device, name);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -38,14 +38,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   HostViewSet views;
   const auto device = input.device().index();
   const std::vector<int64_t> bias_sizes = {grad_output.size(1)};
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
-  {
-    AllocationRedirect redirect(device);
-    grads = at::convolution_backward(views.viewOf(grad_output), views.viewOf(input),
-                                     views.viewOf(weight), bias_sizes, stride, padding, dilation,
-                                     transposed, output_padding, groups, output_mask);
-  }
   const char* name = "aten::convolution_backward_overrideable";
+  auto grads = runOnDevice(device, name, [&] {
+    return at::convolution_backward(views.viewOf(grad_output), views.viewOf(input),
+                                    views.viewOf(weight), bias_sizes, stride, padding, dilation,
+                                    transposed, output_padding, groups, output_mask);
+  });
   return {views.toNeuron(std::get<0>(grads), device, name),
           views.toNeuron(std::get<1>(grads), device, name),
           views.toNeuron(std::get<2>(grads), device, name)};

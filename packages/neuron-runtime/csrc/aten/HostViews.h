@@ -4,6 +4,8 @@
 // when its memory came from the neuron allocator (see AllocationRedirect).
 #pragma once
 
+#include "aten/OpAccounting.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
 
@@ -21,6 +23,18 @@ class AllocationRedirect {
  private:
   c10::DeviceIndex previous_;
 };
+
+// Runs `kernel` (a CPU kernel call on host views) with its allocations redirected to
+// `device` and counts the op; returns the kernel's CPU result, for HostViewSet::toNeuron.
+template <typename Kernel>
+auto runOnDevice(c10::DeviceIndex device, const std::string& op_name, Kernel&& kernel) {
+  auto result = [&] {
+    AllocationRedirect redirect(device);
+    return kernel();
+  }();
+  if (opMetricsEnabled()) recordZeroCopyOp(op_name);
+  return result;
+}
 
 // Installs the redirecting CPU allocator (once, at load time).
 void installAllocationRedirect();

@@ -14,16 +14,14 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
   HostViewSet views;
   const auto device = self.device().index();
   at::Tensor host = views.viewOf(self);
-  at::Tensor counts;
-  {
-    AllocationRedirect redirect(device);
+  const char* name = "aten::histc";
+  at::Tensor counts = runOnDevice(device, name, [&] {
     if (at::isIntegralType(self.scalar_type(), /*includeBool=*/false)) {
-      counts = at::histc(host.to(at::kDouble), bins, min, max).to(self.scalar_type());
-    } else {
-      counts = at::histc(host, bins, min, max);
+      return at::histc(host.to(at::kDouble), bins, min, max).to(self.scalar_type());
     }
-  }
-  return views.toNeuron(counts, device, "aten::histc");
+    return at::histc(host, bins, min, max);
+  });
+  return views.toNeuron(std::move(counts), device, name);
 }
 
 }  // namespace

@@ -16,13 +16,9 @@ at::Tensor sumOnHost(const at::Tensor& self, at::OptionalIntArrayRef dim, bool k
   const auto device = self.device().index();
   HostViewSet views;
   const at::Tensor host = views.viewOf(self);
-  at::Tensor result;
-  {
-    AllocationRedirect redirect(device);
-    result = at::cpu::sum(host, dim, keepdim, dtype);
-  }
-  if (opMetricsEnabled()) recordZeroCopyOp(name);
-  return views.toNeuron(std::move(result), device, name);
+  return views.toNeuron(
+      runOnDevice(device, name, [&] { return at::cpu::sum(host, dim, keepdim, dtype); }), device,
+      name);
 }
 
 at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,

@@ -254,11 +254,10 @@ void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*
   c10::SmallVector<c10::IValue, 4> bridged_written;
   for (const auto& [arg, original] : written) bridged_written.push_back((*stack)[first + arg]);
 
-  {
-    AllocationRedirect redirect(device.index());
+  runOnDevice(device.index(), plan.name, [&] {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  }
-  if (opMetricsEnabled()) recordZeroCopyOp(plan.name);
+    return 0;
+  });
 
   for (size_t i = 0; i < written.size(); ++i) {
     syncWrittenValue(written[i].second, bridged_written[i], views, plan);

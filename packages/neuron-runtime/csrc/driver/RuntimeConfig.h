@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace neuron {
 
@@ -14,11 +13,9 @@ enum class Float64Policy : int8_t { kAllow = 0, kWarn = 1, kError = 2 };
 
 struct RuntimeConfig {
   std::string instance = "trn2";          // instance profile name
-  std::string core_name = "NeuronCore-v3";  // what get_device_name() reports
   int64_t device_count = 0;               // visible (logical) NeuronCores
   int64_t capacity_bytes = 0;             // HBM per visible core
   int64_t initial_device = 0;             // LOCAL_RANK under torchrun, else 0
-  std::vector<int64_t> physical_ids;      // physical core index of each visible core
   Float64Policy float64 = Float64Policy::kWarn;
   std::string error;                      // non-empty: the environment was invalid
 };

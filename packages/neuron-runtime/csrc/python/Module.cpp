@@ -48,16 +48,13 @@ py::dict memoryStats(c10::DeviceIndex device) {
   return result;
 }
 
-void configure(const std::string& instance, const std::string& core_name, int64_t device_count,
-               int64_t capacity_bytes, int64_t initial_device, std::vector<int64_t> physical_ids,
-               int float64_policy, const std::string& error) {
+void configure(const std::string& instance, int64_t device_count, int64_t capacity_bytes,
+               int64_t initial_device, int float64_policy, const std::string& error) {
   RuntimeConfig config;
   config.instance = instance;
-  config.core_name = core_name;
   config.device_count = device_count;
   config.capacity_bytes = capacity_bytes;
   config.initial_device = initial_device;
-  config.physical_ids = std::move(physical_ids);
   config.float64 = static_cast<Float64Policy>(float64_policy);
   config.error = error;
   setRuntimeConfig(std::move(config));

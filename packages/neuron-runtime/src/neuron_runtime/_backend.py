@@ -19,11 +19,9 @@ def register() -> None:
     config = load_config()
     _C._configure(
         config.profile.name,
-        config.profile.core_name,
         config.device_count,
         config.capacity_bytes,
         config.initial_device,
-        list(config.visible_cores),
         {"allow": 0, "warn": 1, "error": 2}[config.float64_policy],
         config.error,
     )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["InstanceProfile", "RuntimeConfig", "INSTANCE_PROFILES", "load_config"]
 
@@ -68,7 +68,6 @@ class RuntimeConfig:
     float64_policy: str
     metrics_enabled: bool
     error: str = ""  # non-empty: the environment is invalid and the device is unusable
-    logical_cores: int = field(default=0)
 
     @property
     def device_count(self) -> int:
@@ -181,7 +180,7 @@ def _parse(env: Mapping[str, str]) -> RuntimeConfig:
     metrics = _flag(env, "TORCH_NEURONX_METRICS_ENABLED")
     local_rank = _int(env, "LOCAL_RANK", 0)
     initial = local_rank if local_rank < len(visible) else 0
-    return RuntimeConfig(profile, chips, lnc, visible, capacity, initial, policy, metrics, "", logical)
+    return RuntimeConfig(profile, chips, lnc, visible, capacity, initial, policy, metrics)
 
 
 def load_config(env: Mapping[str, str] | None = None) -> RuntimeConfig:
@@ -191,4 +190,4 @@ def load_config(env: Mapping[str, str] | None = None) -> RuntimeConfig:
         return _parse(env)
     except _ConfigError as error:
         profile = INSTANCE_PROFILES["trn2"]
-        return RuntimeConfig(profile, 1, 2, (), 0, 0, "warn", False, str(error), 0)
+        return RuntimeConfig(profile, 1, 2, (), 0, 0, "warn", False, str(error))
