@@ -20,7 +20,7 @@ import subprocess
 import nox
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["runtime", "umbrella", "integration"]
+nox.options.sessions = ["runtime", "compile", "dist", "umbrella", "integration"]
 nox.options.error_on_missing_interpreters = True
 
 _PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -65,6 +65,18 @@ def _pytest(session: nox.Session, *paths: str) -> None:
 def runtime(session: nox.Session) -> None:
     """neuron-runtime unit tests, with a representative OpInfo subset."""
     _pytest(session, "packages/neuron-runtime/tests", "-n", "2")
+
+
+@nox.session(name="compile")
+def compile_(session: nox.Session) -> None:
+    """neuron-compile unit tests: the Dynamo backend, shape buckets, the compile cache."""
+    _pytest(session, "packages/neuron-compile/tests", "-n", "2")
+
+
+@nox.session
+def dist(session: nox.Session) -> None:
+    """neuron-dist multi-process tests: the c10d backend, DTensor, FSDP2, TP, checkpoints."""
+    _pytest(session, "packages/neuron-dist/tests")
 
 
 @nox.session
