@@ -1,0 +1,569 @@
+"""``ProcessGroupNeuron``: the process group behind ``init_process_group("neuron")``.
+
+Vocabulary: a *rank* is one process, bound to one emulated NeuronCore; a *group* is a set of
+ranks (the world, a ``new_group``, a DeviceMesh dimension); a group's *sequence number* counts
+the collectives this rank issued on it, from 1.
+
+Every collective runs on gloo's transport (one ``ProcessGroupGloo`` per group, on the group's
+store) over zero-copy CPU views of the neuron tensors, so gloo reads and writes device memory
+directly. Before data moves, the ranks exchange signatures (:mod:`neuron_dist._signature`) so a
+disagreement raises a clear error on every rank instead of aborting or corrupting; failures are
+diagnosed with the collective's name, sequence number and the ranks that did not arrive
+(:mod:`neuron_dist._arrivals`). CPU tensors are accepted too (passed to gloo as they are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
+
+from neuron_dist._arrivals import ArrivalBoard
+from neuron_dist._errors import CollectivePeerError, CollectiveTimeoutError, UnsupportedDeviceError
+from neuron_dist._host import host_view, host_view_lists, host_views
+from neuron_dist._reductions import plan_reduction, reduce_op_type
+from neuron_dist._signature import Signature, check_signatures, encode, signature_width
+from neuron_dist._work import NeuronWork
+
+__all__ = ["ProcessGroupNeuron", "BACKEND_NAME"]
+
+BACKEND_NAME = "neuron"
+_SERVED_DEVICES = ("neuron", "cpu")
+# Dtypes gloo moves as they are; others travel as bytes (data movement needs no arithmetic).
+_GLOO_DTYPES = {
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int8, torch.uint8, torch.bool,
+}
+
+
+def _wire(view: torch.Tensor) -> torch.Tensor:
+    """``view`` in a dtype gloo can move: itself, or its bytes."""
+    if view.dtype in _GLOO_DTYPES:
+        return view
+    if view.dtype.is_complex:
+        return torch.view_as_real(view)
+    return view.reshape(-1).view(torch.uint8)
+
+
+def _wires(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [_wire(v) for v in views]
+
+
+def _rows(tensor: torch.Tensor) -> int:
+    return tensor.shape[0] if tensor.dim() > 0 else 1
+
+
+class ProcessGroupNeuron(dist.ProcessGroup):
+    """Collectives for neuron (and CPU) tensors on gloo's transport; see the module docstring."""
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        timeout: timedelta,
+        global_ranks: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        self._timeout = timeout
+        self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
+        self._board = ArrivalBoard(store, rank, size)
+        self._seq = 0
+        self._group_name = ""
+        self._group_desc = ""
+        self._signature_width = signature_width(size)
+        self._coalesced: list[NeuronWork] | None = None
+
+    # ---- identity ------------------------------------------------------------------------
+
+    def getBackendName(self) -> str:  # noqa: N802 (the C++ trampoline's name)
+        """``"neuron"``."""
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        """``"neuron"``."""
+        return BACKEND_NAME
+
+    def getGroupName(self) -> str:  # noqa: N802
+        """The group's registered name (what functional collectives resolve it by)."""
+        return self._group_name
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802
+        """Set by ``torch.distributed`` when it registers the group."""
+        self._group_name = name
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        """The group's description (for example ``"default_pg"`` or a mesh dimension)."""
+        return self._group_desc
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        """Set by ``torch.distributed`` when it registers the group."""
+        self._group_desc = desc
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    @property
+    def group_desc(self) -> str:
+        return self._group_desc
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self._seq
+
+    def _set_sequence_number_for_group(self) -> None:
+        """Sequence numbers start at 0 on every rank; nothing to agree on."""
+
+    def _get_backend(self, device: torch.device) -> dist.ProcessGroupGloo:
+        """The gloo transport underneath (it answers capability queries such as tensor allocation)."""
+        return self._gloo
+
+    def shutdown(self) -> None:
+        """Stops publishing arrivals and shuts the transport down."""
+        self._board.close()
+        self._gloo.shutdown()
+
+    def abort(self) -> None:
+        """Same as :meth:`shutdown` (gloo has no separate abort)."""
+        self._board.close()
+        self._gloo.abort()
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupNeuron(rank={self.rank()}, size={self.size()}, group={self._group_name!r})"
+
+    # ---- shared machinery ------------------------------------------------------------------
+
+    def _where(self, op: str, seq: int) -> str:
+        group = self._group_desc or self._group_name or "?"
+        return f"{op} (collective #{seq} on group {group!r}, global ranks {self._global_ranks})"
+
+    def _check_devices(self, op: str, tensors: Sequence[torch.Tensor]) -> None:
+        for tensor in tensors:
+            if tensor.device.type not in _SERVED_DEVICES:
+                raise UnsupportedDeviceError(
+                    f"neuron: {op} got a tensor on device '{tensor.device}', but the process group's "
+                    f"backend 'neuron' only serves 'neuron' (and 'cpu') tensors. Move the tensor to "
+                    f"'neuron', or create the group with the backend of device '{tensor.device.type}'."
+                )
+
+    def _begin(self, signature: Signature, tensors: Sequence[torch.Tensor]) -> int:
+        """Numbers the collective, checks devices, and checks the signature against the other ranks."""
+        self._check_devices(signature.op, tensors)
+        self._seq += 1
+        seq = self._seq
+        self._board.enter(seq)
+        if self.size() > 1:
+            mine = encode(signature, seq, self.size())
+            gathered = torch.empty(self.size() * self._signature_width, dtype=torch.int64)
+            try:
+                self._gloo._allgather_base(gathered, mine).wait()
+            except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
+                raise self._diagnose(signature.op, seq, error) from error
+            check_signatures(gathered, self.size(), self._where(signature.op, seq))
+        return seq
+
+    def _diagnose(self, op: str, seq: int, error: BaseException) -> BaseException:
+        """A clear error for a failed collective: what, which number, who did not arrive."""
+        if isinstance(error, (CollectiveTimeoutError, CollectivePeerError)):
+            return error
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        timed_out = "timed out" in cause.lower() or "timeout" in cause.lower()
+        missing = self._board.missing(seq)
+        if missing is None:
+            who = "could not tell which ranks did not arrive (the store is unreachable: its host rank may be gone)"
+        elif missing:
+            who = f"ranks that did not arrive: {[self._global_ranks[r] for r in missing]}"
+        else:
+            who = "every rank had arrived (one failed during the collective)"
+        if timed_out:
+            return CollectiveTimeoutError(
+                f"neuron: {self._where(op, seq)} timed out after {self._timeout}; {who}. "
+                f"Transport error: {cause}"
+            )
+        hint = " (a peer closed its connection: did a rank exit or crash?)" if "closed" in cause.lower() else ""
+        return CollectivePeerError(f"neuron: {self._where(op, seq)} failed{hint}; {who}. Transport error: {cause}")
+
+    def _launch(
+        self,
+        op: str,
+        seq: int,
+        start: Callable[[], dist.Work | list[dist.Work]],
+        result: Any,
+        keep: Any,
+        finish: Callable[[], None] | None = None,
+    ) -> NeuronWork:
+        try:
+            works = start()
+        except Exception as error:  # noqa: BLE001
+            if isinstance(error, (ValueError, TypeError)):
+                raise
+            raise self._diagnose(op, seq, error) from error
+        work = NeuronWork(
+            works if isinstance(works, list) else [works],
+            result,
+            finish=finish,
+            diagnose=lambda error: self._diagnose(op, seq, error),
+            keep=keep,
+        )
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    # ---- reductions -------------------------------------------------------------------------
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: _c10d.AllreduceOptions | None = None) -> NeuronWork:
+        """All-reduce of ``tensors`` (one per call in practice) with ``opts.reduceOp``."""
+        opts = opts if opts is not None else _c10d.AllreduceOptions()
+        return self._allreduce("all_reduce", tensors, opts.reduceOp, opts.timeout)
+
+    def allreduce_coalesced(
+        self, tensors: list[torch.Tensor], opts: _c10d.AllreduceCoalescedOptions | None = None
+    ) -> NeuronWork:
+        """All-reduce of several tensors as one collective."""
+        opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
+        return self._allreduce("all_reduce_coalesced", tensors, opts.reduceOp, opts.timeout)
+
+    def _allreduce(self, op: str, tensors: list[torch.Tensor], reduce_op: Any, timeout: timedelta) -> NeuronWork:
+        first = tensors[0]
+        signature = Signature(
+            op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in tensors),
+            reduce_op=int(reduce_op_type(reduce_op)),
+        )
+        seq = self._begin(signature, tensors)
+        plan = plan_reduction(first.dtype, reduce_op, self.size(), self._where(op, seq))
+        views = host_views(tensors)
+        wires = [plan.to_wire(v) for v in views]
+        gloo_opts = _c10d.AllreduceOptions()
+        gloo_opts.reduceOp = plan.op
+        gloo_opts.timeout = timeout
+
+        def finish() -> None:
+            for wire, view in zip(wires, views):
+                plan.from_wire(wire, view)
+
+        return self._launch(
+            op, seq, lambda: [self._gloo.allreduce([w], gloo_opts) for w in wires], tensors, tensors, finish
+        )
+
+    def reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions | None = None) -> NeuronWork:
+        """Reduce to ``opts.rootRank``."""
+        opts = opts if opts is not None else _c10d.ReduceOptions()
+        tensor = tensors[0]
+        signature = Signature(
+            "reduce", tensor.dtype, tuple(tensor.shape), root=opts.rootRank,
+            reduce_op=int(reduce_op_type(opts.reduceOp)),
+        )
+        seq = self._begin(signature, tensors)
+        plan = plan_reduction(tensor.dtype, opts.reduceOp, self.size(), self._where("reduce", seq))
+        view = host_view(tensor)
+        wire = plan.to_wire(view)
+        gloo_opts = _c10d.ReduceOptions()
+        gloo_opts.reduceOp = plan.op
+        gloo_opts.rootRank = opts.rootRank
+        gloo_opts.rootTensor = opts.rootTensor
+        gloo_opts.timeout = opts.timeout
+        is_root = self.rank() == opts.rootRank
+        return self._launch(
+            "reduce", seq, lambda: self._gloo.reduce([wire], gloo_opts), tensors, tensors,
+            lambda: plan.from_wire(wire, view, divide=is_root),
+        )
+
+    def reduce_scatter(
+        self,
+        outputs: list[torch.Tensor],
+        input_lists: list[list[torch.Tensor]],
+        opts: _c10d.ReduceScatterOptions | None = None,
+    ) -> NeuronWork:
+        """Reduce-scatter from a list of per-rank inputs."""
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        output = outputs[0]
+        signature = Signature(
+            "reduce_scatter", output.dtype, tuple(output.shape),
+            reduce_op=int(reduce_op_type(opts.reduceOp)),
+        )
+        seq = self._begin(signature, [*outputs, *input_lists[0]])
+        plan = plan_reduction(output.dtype, opts.reduceOp, self.size(), self._where("reduce_scatter", seq))
+        out_view = host_view(output)
+        out_wire = plan.to_wire(out_view)
+        in_wires = [plan.to_wire(v) for v in host_views(input_lists[0])]
+        gloo_opts = self._reduce_scatter_opts(plan.op, opts)
+        return self._launch(
+            "reduce_scatter", seq, lambda: self._gloo.reduce_scatter([out_wire], [in_wires], gloo_opts),
+            outputs, (outputs, input_lists), lambda: plan.from_wire(out_wire, out_view),
+        )
+
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: _c10d.ReduceScatterOptions | None = None
+    ) -> NeuronWork:
+        """Reduce-scatter of one flat input into this rank's chunk (``reduce_scatter_tensor``)."""
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        return self._reduce_scatter_tensors("reduce_scatter_tensor", [output], [input], opts)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(
+        self,
+        outputs: list[torch.Tensor],
+        inputs: list[torch.Tensor],
+        opts: _c10d.ReduceScatterOptions | None = None,
+    ) -> NeuronWork:
+        """Several ``reduce_scatter_tensor`` calls as one collective."""
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        return self._reduce_scatter_tensors("reduce_scatter_tensor_coalesced", outputs, inputs, opts)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def _reduce_scatter_tensors(
+        self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.ReduceScatterOptions
+    ) -> NeuronWork:
+        first = inputs[0]
+        signature = Signature(
+            op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs),
+            reduce_op=int(reduce_op_type(opts.reduceOp)),
+        )
+        seq = self._begin(signature, [*outputs, *inputs])
+        plan = plan_reduction(first.dtype, opts.reduceOp, self.size(), self._where(op, seq))
+        out_views = host_views(outputs)
+        out_wires = [plan.to_wire(v) for v in out_views]
+        in_wires = [plan.to_wire(v) for v in host_views(inputs)]
+        gloo_opts = self._reduce_scatter_opts(plan.op, opts)
+
+        def finish() -> None:
+            for wire, view in zip(out_wires, out_views):
+                plan.from_wire(wire, view)
+
+        return self._launch(
+            op, seq,
+            lambda: [self._gloo._reduce_scatter_base(o, i, gloo_opts) for o, i in zip(out_wires, in_wires)],
+            outputs, (outputs, inputs), finish,
+        )
+
+    @staticmethod
+    def _reduce_scatter_opts(op: Any, opts: _c10d.ReduceScatterOptions) -> _c10d.ReduceScatterOptions:
+        gloo_opts = _c10d.ReduceScatterOptions()
+        gloo_opts.reduceOp = op
+        gloo_opts.timeout = opts.timeout
+        return gloo_opts
+
+    # ---- data movement ----------------------------------------------------------------------
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: _c10d.BroadcastOptions | None = None) -> NeuronWork:
+        """Broadcast from ``opts.rootRank``."""
+        opts = opts if opts is not None else _c10d.BroadcastOptions()
+        tensor = tensors[0]
+        signature = Signature("broadcast", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
+        seq = self._begin(signature, tensors)
+        wires = _wires(host_views(tensors))
+        return self._launch("broadcast", seq, lambda: self._gloo.broadcast(wires, opts), tensors, tensors)
+
+    def allgather(
+        self,
+        output_lists: list[list[torch.Tensor]],
+        inputs: list[torch.Tensor],
+        opts: _c10d.AllgatherOptions | None = None,
+    ) -> NeuronWork:
+        """All-gather into a list of per-rank outputs."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        tensor = inputs[0]
+        seq = self._begin(Signature("all_gather", tensor.dtype, tuple(tensor.shape)), [*inputs, *output_lists[0]])
+        outs = [_wires(vs) for vs in host_view_lists(output_lists)]
+        ins = _wires(host_views(inputs))
+        return self._launch(
+            "all_gather", seq, lambda: self._gloo.allgather(outs, ins, opts), output_lists, (output_lists, inputs)
+        )
+
+    def allgather_coalesced(
+        self,
+        output_lists: list[list[torch.Tensor]],
+        inputs: list[torch.Tensor],
+        opts: _c10d.AllgatherOptions | None = None,
+    ) -> NeuronWork:
+        """Several list all-gathers as one collective."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        tensor = inputs[0]
+        signature = Signature(
+            "all_gather_coalesced", tensor.dtype, tuple(tensor.shape), numel=sum(t.numel() for t in inputs)
+        )
+        seq = self._begin(signature, inputs)
+        outs = [_wires(vs) for vs in host_view_lists(output_lists)]
+        ins = _wires(host_views(inputs))
+        return self._launch(
+            "all_gather_coalesced", seq, lambda: self._gloo.allgather_coalesced(outs, ins, opts),
+            output_lists, (output_lists, inputs),
+        )
+
+    def all_gather_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: _c10d.AllgatherOptions | None = None
+    ) -> NeuronWork:
+        """All-gather into one flat output (``all_gather_into_tensor``)."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        return self._all_gather_tensors("all_gather_into_tensor", [output], [input], opts)
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(
+        self,
+        outputs: list[torch.Tensor],
+        inputs: list[torch.Tensor],
+        opts: _c10d.AllgatherOptions | None = None,
+    ) -> NeuronWork:
+        """Several ``all_gather_into_tensor`` calls as one collective."""
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        return self._all_gather_tensors("all_gather_into_tensor_coalesced", outputs, inputs, opts)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def _all_gather_tensors(
+        self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
+    ) -> NeuronWork:
+        first = inputs[0]
+        signature = Signature(op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs))
+        seq = self._begin(signature, [*outputs, *inputs])
+        outs = _wires(host_views(outputs))
+        ins = _wires(host_views(inputs))
+        return self._launch(
+            op, seq, lambda: [self._gloo._allgather_base(o, i, opts) for o, i in zip(outs, ins)],
+            outputs, (outputs, inputs),
+        )
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: _c10d.AllToAllOptions | None = None,
+    ) -> NeuronWork:
+        """All-to-all of one flat tensor, split along dim 0 (equally when no split sizes are given)."""
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
+        n = self.size()
+        in_splits = list(input_split_sizes) or [_rows(input) // n] * n
+        out_splits = list(output_split_sizes) or [_rows(output) // n] * n
+        signature = Signature(
+            "all_to_all_single", input.dtype, tuple(input.shape[1:]), numel=input.numel(),
+            in_splits=in_splits, out_splits=out_splits,
+        )
+        seq = self._begin(signature, [output, input])
+        out_view, in_view = host_view(output), host_view(input)
+        if input.dtype not in _GLOO_DTYPES:  # move bytes: a row of each becomes a row of bytes
+            out_view = out_view.reshape(_rows(output), -1).view(torch.uint8)
+            in_view = in_view.reshape(_rows(input), -1).view(torch.uint8)
+        return self._launch(
+            "all_to_all_single", seq,
+            lambda: self._gloo.alltoall_base(out_view, in_view, list(output_split_sizes), list(input_split_sizes), opts),
+            [output], (output, input),
+        )
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllToAllOptions | None = None
+    ) -> NeuronWork:
+        """All-to-all of per-rank tensor lists."""
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
+        first = inputs[0]
+        signature = Signature(
+            "all_to_all", first.dtype, (), numel=sum(t.numel() for t in inputs),
+            in_splits=[t.numel() for t in inputs], out_splits=[t.numel() for t in outputs],
+        )
+        seq = self._begin(signature, [*outputs, *inputs])
+        outs = _wires(host_views(outputs))
+        ins = _wires(host_views(inputs))
+        return self._launch(
+            "all_to_all", seq, lambda: self._gloo.alltoall(outs, ins, opts), outputs, (outputs, inputs)
+        )
+
+    def gather(
+        self,
+        output_lists: list[list[torch.Tensor]],
+        inputs: list[torch.Tensor],
+        opts: _c10d.GatherOptions | None = None,
+    ) -> NeuronWork:
+        """Gather to ``opts.rootRank``."""
+        opts = opts if opts is not None else _c10d.GatherOptions()
+        tensor = inputs[0]
+        signature = Signature("gather", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
+        seq = self._begin(signature, [*inputs, *(t for ts in output_lists for t in ts)])
+        outs = [_wires(vs) for vs in host_view_lists(output_lists)]
+        ins = _wires(host_views(inputs))
+        return self._launch(
+            "gather", seq, lambda: self._gloo.gather(outs, ins, opts), output_lists, (output_lists, inputs)
+        )
+
+    def scatter(
+        self,
+        outputs: list[torch.Tensor],
+        input_lists: list[list[torch.Tensor]],
+        opts: _c10d.ScatterOptions | None = None,
+    ) -> NeuronWork:
+        """Scatter from ``opts.rootRank``."""
+        opts = opts if opts is not None else _c10d.ScatterOptions()
+        tensor = outputs[0]
+        signature = Signature("scatter", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
+        seq = self._begin(signature, [*outputs, *(t for ts in input_lists for t in ts)])
+        outs = _wires(host_views(outputs))
+        ins = [_wires(vs) for vs in host_view_lists(input_lists)]
+        return self._launch(
+            "scatter", seq, lambda: self._gloo.scatter(outs, ins, opts), outputs, (outputs, input_lists)
+        )
+
+    def barrier(self, opts: _c10d.BarrierOptions | None = None) -> NeuronWork:
+        """Returns once every rank of the group entered the barrier (the signature exchange is one)."""
+        self._begin(Signature("barrier"), [])
+        return NeuronWork([], [])
+
+    def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
+        """gloo's monitored barrier, which names the ranks that fail to respond."""
+        if timeout is None:
+            self._gloo.monitored_barrier(wait_all_ranks=wait_all_ranks)
+        else:
+            self._gloo.monitored_barrier(timeout, wait_all_ranks)
+
+    # ---- point to point ---------------------------------------------------------------------
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> NeuronWork:
+        """Sends to group rank ``dst``."""
+        self._check_devices("send", tensors)
+        wires = _wires(host_views(tensors))
+        return self._p2p("send", lambda: self._gloo.send(wires, dst, tag), tensors)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> NeuronWork:
+        """Receives from group rank ``src``."""
+        self._check_devices("recv", tensors)
+        wires = _wires(host_views(tensors))
+        return self._p2p("recv", lambda: self._gloo.recv(wires, src, tag), tensors)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> NeuronWork:
+        """Receives from whichever rank sends first."""
+        self._check_devices("recv", tensors)
+        wires = _wires(host_views(tensors))
+        return self._p2p("recv", lambda: self._gloo.recv_anysource(wires, tag), tensors)
+
+    def _p2p(self, op: str, start: Callable[[], dist.Work], tensors: list[torch.Tensor]) -> NeuronWork:
+        where = f"{op} on group {self._group_desc or self._group_name!r}"
+
+        def diagnose(error: BaseException) -> BaseException:
+            cls = CollectiveTimeoutError if "timed out" in str(error).lower() else CollectivePeerError
+            return cls(f"neuron: {where} failed: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}")
+
+        try:
+            work = start()
+        except Exception as error:  # noqa: BLE001
+            raise diagnose(error) from error
+        return NeuronWork([work], tensors, diagnose=diagnose, keep=tensors)
+
+    # ---- coalescing (``_coalescing_manager`` with a device) -----------------------------------
+
+    def _start_coalescing(self, device: torch.device) -> None:
+        if self._coalesced is not None:
+            raise RuntimeError("neuron: _start_coalescing called twice without _end_coalescing")
+        self._coalesced = []
+
+    def _end_coalescing(self, device: torch.device) -> NeuronWork:
+        works, self._coalesced = self._coalesced or [], None
+        return NeuronWork(list(works), [])
