@@ -1,0 +1,59 @@
+"""neuron_hf: the glue transformers, accelerate, TRL and PEFT still need on the neuron device.
+
+Vocabulary: a *fix* corrects one upstream behaviour on neuron (see :class:`Fix`); it is
+*armed* when :func:`install` runs (``import torch`` does it through our ``torch.backends``
+entry point) and *applied* when its module is imported, if the installed library version is
+one the fix was verified against. Applied fixes act only when the current accelerator is
+neuron and defer to the library otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from neuron_hf._fix import Fix
+from neuron_hf._hooks import install_finder, register_post_import_hook
+
+__all__ = ["Fix", "applied_fixes", "install", "skipped_fixes", "__version__"]
+__version__ = "0.1.0"
+
+logger = logging.getLogger("neuron_hf")
+
+_installed = False
+_applied: list[str] = []
+_skipped: dict[str, str] = {}
+
+
+def _apply(fix: Fix) -> None:
+    def hook(module: object) -> None:
+        if not fix.version_matches():
+            _skipped[fix.name] = f"{fix.distribution} is not {fix.versions}"
+            logger.info("neuron_hf: %s not applied (%s)", fix.name, _skipped[fix.name])
+            return
+        fix.apply(module)  # type: ignore[arg-type]
+        _applied.append(fix.name)
+
+    register_post_import_hook(fix.module, hook)
+
+
+def install() -> None:
+    """Arms every fix: each applies when its module is imported (now, if it already is)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    from neuron_hf.fixes import ALL_FIXES
+
+    install_finder()
+    for fix in ALL_FIXES:
+        _apply(fix)
+
+
+def applied_fixes() -> list[str]:
+    """Names of the fixes applied so far in this process."""
+    return list(_applied)
+
+
+def skipped_fixes() -> dict[str, str]:
+    """Fixes whose module was imported but whose library version they were not verified on."""
+    return dict(_skipped)

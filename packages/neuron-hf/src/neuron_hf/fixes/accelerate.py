@@ -1,0 +1,99 @@
+"""accelerate 1.15 on neuron: per-core memory for device maps, and a clear fp16 refusal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from neuron_hf._device import on_neuron
+from neuron_hf._fix import Fix, replace_function
+
+__all__ = ["FIXES"]
+
+_FP16_MARKER = "fp16 mixed precision requires a device in"
+
+
+def _neuron_max_memory(max_memory: dict[int | str, int | str] | None) -> dict[int | str, int]:
+    """accelerate's ``get_max_memory`` with the per-device branch every other accelerator has."""
+    import psutil
+    from accelerate.utils.modeling import convert_file_size_to_int, logger
+
+    count = torch.neuron.device_count()
+    if max_memory is None:
+        memory: dict[int | str, int] = {i: torch.neuron.mem_get_info(i)[0] for i in range(count)}
+        memory["cpu"] = psutil.virtual_memory().available
+        return memory
+    memory = {k: convert_file_size_to_int(v) if isinstance(v, str) else v for k, v in max_memory.items()}
+    cores = sorted(k for k in memory if isinstance(k, int))
+    for core in cores:
+        if core >= count or core < 0:
+            logger.warning(f"Device {core} is not available, available devices are {list(range(count))}")
+    ordered = cores + [k for k in ("cpu", "disk") if k in memory]
+    for key in memory:
+        if key not in ordered:
+            raise ValueError(
+                f"Device {key!r} is not recognized, available devices are integers (neuron cores), 'cpu' and 'disk'"
+            )
+    return {k: memory[k] for k in ordered}
+
+
+def _make_get_max_memory(original: Callable[..., Any]) -> Callable[..., Any]:
+    def get_max_memory(max_memory: dict[int | str, int | str] | None = None) -> dict[int | str, int]:
+        if not on_neuron():
+            return original(max_memory)
+        return _neuron_max_memory(max_memory)
+
+    return get_max_memory
+
+
+def _patch_get_max_memory(module: ModuleType) -> None:
+    # Upstream: get_max_memory probes npu/mlu/sdaa/musa/xpu/hpu and otherwise CUDA; on neuron it
+    # finds no device and returns only {"cpu": ...}, so device_map="auto"/"balanced"/"sequential"
+    # put the whole model on the CPU. Also bound as accelerate.utils.get_max_memory and imported by
+    # transformers.integrations.accelerate (both bind after this module loads, or are rebound).
+    replace_function(module, "get_max_memory", _make_get_max_memory, rebind=("accelerate", "transformers"))
+
+
+def _make_accelerator_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            original(self, *args, **kwargs)
+        except ValueError as err:
+            if _FP16_MARKER in str(err) and "'neuron'" in str(err):
+                raise ValueError(
+                    "fp16 mixed precision is not supported on the neuron device (Trainium trains in bfloat16): "
+                    "use bf16=True in TrainingArguments / SFTConfig, or mixed_precision='bf16' in Accelerator "
+                    "(or `accelerate launch --mixed_precision bf16`)."
+                ) from err
+            raise
+
+    return __init__
+
+
+def _patch_fp16_message(module: ModuleType) -> None:
+    # Upstream: Accelerator(mixed_precision="fp16") on neuron raises "fp16 mixed precision
+    # requires a device in (...) (not 'neuron')", which does not say what to use instead.
+    replace_function(module.Accelerator, "__init__", _make_accelerator_init)
+
+
+FIXES = [
+    Fix(
+        name="accelerate.get_max_memory",
+        module="accelerate.utils.modeling",
+        distribution="accelerate",
+        versions="~=1.15.0",
+        corrects="get_max_memory has no neuron branch: device_map='auto' lands on the CPU",
+        apply=_patch_get_max_memory,
+    ),
+    Fix(
+        name="accelerate.fp16_message",
+        module="accelerate.accelerator",
+        distribution="accelerate",
+        versions="~=1.15.0",
+        corrects="fp16 on neuron is refused without saying to use bf16",
+        apply=_patch_fp16_message,
+    ),
+]

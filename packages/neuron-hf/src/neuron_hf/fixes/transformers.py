@@ -1,0 +1,90 @@
+"""transformers 5.23 on neuron: the Trainer's RNG checkpoint."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from neuron_hf._device import on_neuron
+from neuron_hf._fix import Fix, replace_function
+
+__all__ = ["FIXES"]
+
+_KEY = "neuron"
+
+
+def _rng_file(args: Any, directory: str) -> str:
+    """The file the Trainer writes its RNG states to (the same rule as upstream)."""
+    name = "rng_state.pth" if args.world_size <= 1 else f"rng_state_{args.process_index}.pth"
+    return os.path.join(directory, name)
+
+
+def _is_distributed(args: Any) -> bool:
+    from transformers.training_args import ParallelMode
+
+    return args.parallel_mode == ParallelMode.DISTRIBUTED
+
+
+def _load_states(path: str) -> dict[str, Any]:
+    from transformers.trainer_pt_utils import safe_globals
+
+    with safe_globals():
+        return torch.load(path, weights_only=True)
+
+
+def _make_save(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _save_rng_state(self: Any, output_dir: str) -> None:
+        original(self, output_dir)
+        path = _rng_file(self.args, output_dir)
+        if not on_neuron() or not os.path.isfile(path):
+            return
+        states = _load_states(path)
+        if _is_distributed(self.args):
+            states[_KEY] = torch.neuron.random.get_rng_state_all()
+        else:
+            states[_KEY] = torch.neuron.random.get_rng_state()
+        torch.save(states, path)
+
+    return _save_rng_state
+
+
+def _make_load(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _load_rng_state(self: Any, checkpoint: str | None) -> None:
+        original(self, checkpoint)
+        if checkpoint is None or not on_neuron():
+            return
+        path = _rng_file(self.args, checkpoint)
+        if not os.path.isfile(path):
+            return  # upstream already logged that reproducibility is not guaranteed
+        from transformers.trainer_pt_utils import set_rng_state_for_device
+
+        states = _load_states(path)
+        if _KEY in states:
+            set_rng_state_for_device("NEURON", torch.neuron, states, _is_distributed(self.args))
+
+    return _load_rng_state
+
+
+def _patch_trainer_rng(module: ModuleType) -> None:
+    # Upstream: Trainer._save_rng_state/_load_rng_state store python, numpy, CPU and the
+    # cuda/xla/npu/hpu/mlu/musa generators, not neuron's; a resumed run restarts the neuron
+    # generator from the seed, so its dropout masks (and its loss curve) differ from an
+    # uninterrupted run. The neuron state is added to the same file under "neuron".
+    replace_function(module.Trainer, "_save_rng_state", _make_save)
+    replace_function(module.Trainer, "_load_rng_state", _make_load)
+
+
+FIXES = [
+    Fix(
+        name="transformers.Trainer.rng_state",
+        module="transformers.trainer",
+        distribution="transformers",
+        versions="~=5.23.0",
+        corrects="the Trainer's checkpoints do not save or restore the neuron RNG",
+        apply=_patch_trainer_rng,
+    ),
+]
