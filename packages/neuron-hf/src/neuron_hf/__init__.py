@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from neuron_hf._fix import Fix
+from neuron_hf._fix import Fix, original_of
 from neuron_hf._hooks import install_finder, register_post_import_hook
 
-__all__ = ["Fix", "applied_fixes", "install", "skipped_fixes", "__version__"]
+__all__ = ["Fix", "applied_fixes", "install", "original_of", "skipped_fixes", "__version__"]
 __version__ = "0.1.0"
 
 logger = logging.getLogger("neuron_hf")

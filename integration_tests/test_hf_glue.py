@@ -1,0 +1,234 @@
+"""neuron-hf's fixes, one test each, next to a canary showing the upstream behaviour is still broken.
+
+Each canary calls the library's original function (``neuron_hf.original_of``) and asserts the
+behaviour the fix corrects: when an upstream release fixes it, the canary fails and tells us to
+drop the fix. The other test checks the behaviour with the fix, so it fails without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+
+import neuron_hf
+from neuron_hf import original_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
+
+
+def test_probes_and_lazy_glue_in_a_fresh_process():
+    """Plain ``import torch``: no HF library imported yet, probes True, fixes applied on import."""
+    code = textwrap.dedent("""
+        import json, sys
+        import torch
+        before = sorted(m for m in ("transformers", "accelerate", "trl", "peft") if m in sys.modules)
+        armed = "neuron_hf" in sys.modules
+        from transformers.utils import is_torch_bf16_gpu_available, is_torch_neuron_available
+        from accelerate.utils import get_max_memory, is_neuron_available
+        import transformers.integrations.accelerate as tia
+        import neuron_hf
+        print(json.dumps(dict(
+            before=before, armed=armed, transformers=is_torch_neuron_available(),
+            bf16=is_torch_bf16_gpu_available(), accelerate=is_neuron_available(),
+            accelerator=str(torch.accelerator.current_accelerator()),
+            bound=[neuron_hf.original_of(f) is not f for f in (get_max_memory, tia.accelerate_max_memory)],
+            applied=neuron_hf.applied_fixes(), skipped=neuron_hf.skipped_fixes())))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURON_", "TORCH_DEVICE_BACKEND"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["before"] == [], "import torch must not import the Hugging Face libraries"
+    assert result["armed"]
+    assert result["transformers"] and result["bf16"] and result["accelerate"]
+    assert result["accelerator"] == "neuron"
+    assert result["bound"] == [True, True]
+    assert "accelerate.get_max_memory" in result["applied"] and result["skipped"] == {}
+
+
+# -- accelerate: get_max_memory ----------------------------------------------------------------
+
+
+def test_canary_upstream_get_max_memory_has_no_neuron_branch():
+    from accelerate.utils import get_max_memory
+
+    assert set(original_of(get_max_memory)()) == {"cpu"}
+
+
+def test_get_max_memory_lists_every_core():
+    from accelerate.utils import get_max_memory
+    from accelerate.utils.modeling import get_max_memory as in_modeling
+    from transformers.integrations import accelerate as tia
+
+    memory = get_max_memory()
+    cores = [k for k in memory if isinstance(k, int)]
+    assert cores == list(range(torch.neuron.device_count()))
+    assert all(memory[i] == torch.neuron.mem_get_info(i)[0] for i in cores)
+    assert "cpu" in memory
+    assert get_max_memory is in_modeling is tia.accelerate_max_memory
+    assert get_max_memory({1: "1MiB", "cpu": 10}) == {1: 2**20, "cpu": 10}
+    with pytest.raises(ValueError, match="not recognized"):
+        get_max_memory({"neuron:1": 10})
+
+
+# -- accelerate: fp16 --------------------------------------------------------------------------
+
+
+def _fp16_accelerator_error(init) -> str:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator.__new__(Accelerator)
+    with pytest.raises(ValueError) as info:
+        init(accelerator, mixed_precision="fp16")
+    return str(info.value)
+
+
+def test_canary_upstream_fp16_error_does_not_say_what_to_use():
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    message = _fp16_accelerator_error(original_of(Accelerator.__init__))
+    assert "neuron" in message and "bf16" not in message
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_fp16_on_neuron_says_use_bf16(tmp_path):
+    from accelerate.state import AcceleratorState
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    from neuron_hf.testing import tiny_llama
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    args = TrainingArguments(output_dir=str(tmp_path), fp16=True, max_steps=1, report_to=[], disable_tqdm=True)
+    assert args.device.type == "neuron"
+    data = Dataset.from_dict({"input_ids": [[1, 5, 6, 2]] * 4, "labels": [[1, 5, 6, 2]] * 4})
+    with pytest.raises(ValueError, match=r"bf16=True"):
+        Trainer(model=tiny_llama(), args=args, train_dataset=data)
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+# -- safetensors / PEFT: loading to the device --------------------------------------------------
+
+
+def test_canary_upstream_safetensors_rejects_neuron(tmp_path):
+    import safetensors.torch
+
+    path = str(tmp_path / "t.safetensors")
+    safetensors.torch.save_file({"w": torch.arange(6.0)}, path)
+    with pytest.raises(Exception, match="device neuron is invalid"):
+        original_of(safetensors.torch.load_file)(path, device="neuron")
+
+
+@pytest.mark.parametrize("device", ["neuron", "neuron:2", torch.device("neuron", 1)])
+def test_safetensors_loads_to_neuron(tmp_path, device):
+    import safetensors.torch
+    from peft.utils import save_and_load
+
+    path = str(tmp_path / "t.safetensors")
+    safetensors.torch.save_file({"w": torch.arange(6.0)}, path)
+    expected = torch.device(device) if torch.device(device).index is not None else torch.device("neuron", 0)
+    for load in (safetensors.torch.load_file, save_and_load.safe_load_file):
+        w = load(path, device=device)["w"]
+        assert w.device == expected
+        torch.testing.assert_close(w.cpu(), torch.arange(6.0))
+
+
+def test_canary_upstream_peft_infer_device_says_cpu():
+    from peft.utils import infer_device
+
+    assert original_of(infer_device)() == "cpu"
+
+
+def test_peft_infer_device_and_every_binding():
+    import peft.peft_model
+    import peft.utils.hotswap
+    import peft.utils.save_and_load
+    from peft.utils import infer_device
+
+    assert infer_device() == "neuron"
+    for module in (peft.peft_model, peft.utils.hotswap, peft.utils.save_and_load):
+        assert module.infer_device is infer_device, module.__name__
+
+
+# -- TRL: create_model_from_path --------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands for a model class: records the from_pretrained kwargs TRL passes."""
+
+    calls: list[dict] = []
+
+    @classmethod
+    def from_pretrained(cls, model_id: str, **kwargs):
+        cls.calls.append(kwargs)
+        return "model"
+
+
+def _device_map_passed(create, **kwargs):
+    _Recorder.calls.clear()
+    create("unused/model", _Recorder, **kwargs)
+    return _Recorder.calls[-1]["device_map"]
+
+
+def test_canary_upstream_trl_forces_auto_on_neuron():
+    from trl.trainer.utils import create_model_from_path
+
+    assert _device_map_passed(original_of(create_model_from_path), distributed_config=object()) == "auto"
+
+
+def test_trl_device_map_single_process_and_distributed_config():
+    from trl.trainer.utils import create_model_from_path
+
+    device_map = _device_map_passed(create_model_from_path)
+    assert list(device_map) == [""] and torch.device(device_map[""]).type == "neuron"
+    assert _device_map_passed(create_model_from_path, distributed_config=object()) is None
+    assert _device_map_passed(create_model_from_path, device_map="sequential") == "sequential"  # the user's choice
+
+
+def test_trl_device_map_under_multi_neuron(monkeypatch):
+    import accelerate.state
+    from accelerate.utils import DistributedType
+    from trl.trainer.utils import create_model_from_path
+
+    class _MultiNeuronState:
+        device = torch.device("neuron", 1)
+        distributed_type = DistributedType.MULTI_NEURON
+
+    monkeypatch.setattr(accelerate.state, "PartialState", _MultiNeuronState)
+    assert _device_map_passed(create_model_from_path) is None
+
+
+def test_trl_every_binding_is_fixed():
+    import importlib
+
+    from trl.trainer.utils import create_model_from_path
+
+    for name in ("sft", "dpo", "grpo", "kto", "rloo", "reward", "distillation"):
+        module = importlib.import_module(f"trl.trainer.{name}_trainer")
+        assert module.create_model_from_path is create_model_from_path, name
+    assert original_of(create_model_from_path) is not create_model_from_path
+
+
+def test_trl_loads_whole_model_on_one_core(tmp_path):
+    """End to end: TRL's loader on one process puts the model on this process's core, not spread."""
+    from trl.trainer.utils import create_model_from_path
+
+    from neuron_hf.testing import save_tiny_llama
+
+    model = create_model_from_path(save_tiny_llama(tmp_path / "m"))
+    assert {p.device for p in model.parameters()} == {torch.device("neuron", 0)}
+    assert len(set(getattr(model, "hf_device_map", {"": 0}).values())) == 1
+
+
+def test_glue_applied_without_version_skips():
+    assert neuron_hf.skipped_fixes() == {}
