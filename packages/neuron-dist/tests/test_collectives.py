@@ -1,0 +1,46 @@
+"""Every collective of the "neuron" backend on 2 and 4 ranks (see workers/collectives.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import assert_case, launch, results
+
+CASES = [
+    "binds_local_core",
+    *(f"all_reduce_{d}" for d in ("float32", "bfloat16", "float16", "int64", "int32", "uint8", "int16")),
+    "broadcast_and_reduce",
+    "all_gather_list_and_into_tensor",
+    "reduce_scatter_list_and_tensor",
+    "all_to_all_single_equal_and_uneven",
+    "all_to_all_list",
+    "gather_and_scatter",
+    "send_recv_ring_and_batch_p2p",
+    "async_handles_and_futures",
+    "coalesced_calls",
+    "object_collectives",
+    "functional_collectives",
+    "subgroups_from_new_group",
+    "device_mesh_submeshes",
+    "mismatched_shapes_raise_on_every_rank",
+    "mismatched_dtypes_raise_on_every_rank",
+    "mismatched_collectives_raise",
+    "wrong_device_names_backend_and_device",
+    "cpu_tensors_also_work",
+]
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[dict]]:
+    world = request.param
+    outdir = tmp_path_factory.mktemp(f"collectives{world}")
+    proc = launch("collectives.py", outdir, world)
+    return world, results(outdir, world, proc)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_collective(run: tuple[int, list[dict]], case: str) -> None:
+    world, per_rank = run
+    values = assert_case(per_rank, case)
+    if case == "binds_local_core":
+        assert values == list(range(world))

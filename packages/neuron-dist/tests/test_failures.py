@@ -1,0 +1,24 @@
+"""Failures: timeouts name the collective, its sequence number and the missing ranks; a dead
+rank makes the others fail within the timeout. (Mismatches and wrong devices: test_collectives.)"""
+
+from __future__ import annotations
+
+import time
+
+from conftest import assert_case, launch, results
+
+
+def test_timeout_names_collective_sequence_and_missing_ranks(tmp_path) -> None:
+    proc = launch("failures.py", tmp_path, 2, "timeout", timeout=120)
+    per_rank = results(tmp_path, 2, proc)
+    text = assert_case(per_rank, "timeout_names_collective_sequence_and_missing_ranks")[0]
+    assert "timed out" in text
+
+
+def test_dead_rank_fails_the_others_within_the_timeout(tmp_path) -> None:
+    start = time.monotonic()
+    # torchrun would tear the job down on the first exit; a plain rendezvous keeps the survivor running
+    proc = launch("failures.py", tmp_path, 2, "dead", timeout=120, torchrun_args=("--standalone", "--max-restarts=0"))
+    assert time.monotonic() - start < 110
+    per_rank = results(tmp_path, 1, proc)  # rank 1 died before writing
+    assert_case(per_rank, "dead_rank_fails_the_others_within_the_timeout")

@@ -1,0 +1,30 @@
+"""DDP, FSDP2, tensor/sequence parallelism and DTensor on 2 neuron ranks vs. a single device."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import assert_case, launch, results
+
+CASES = [
+    "ddp_matches_single_device",
+    "fsdp2_fp32_matches_single_device",
+    "fsdp2_bf16_mixed_precision_matches_single_device",
+    "tensor_parallel_colwise_rowwise",
+    "sequence_parallel_plan",
+    "dtensor_distribute_redistribute_ops",
+    "dtensor_compiled_with_functional_collectives",
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    outdir = tmp_path_factory.mktemp("parallel")
+    proc = launch("parallel.py", outdir, 2)
+    return results(outdir, 2, proc)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_parallel(run: list[dict], case: str) -> None:
+    values = assert_case(run, case)
+    assert len(set(map(str, values))) == 1, f"ranks disagree: {values}"

@@ -1,0 +1,365 @@
+"""Every collective of the "neuron" backend, checked against values computed locally from each
+rank's known input; subgroups, DeviceMesh sub-meshes, functional collectives, coalescing, async
+handles, object collectives, and the clear errors for mismatched calls and wrong devices."""
+
+from __future__ import annotations
+
+import os
+from functools import reduce as fold
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.device_mesh import init_device_mesh
+
+import neuron_dist
+from _cases import Cases
+
+cases = Cases()
+dist.init_process_group("neuron")
+RANK, WORLD = dist.get_rank(), dist.get_world_size()
+DEVICE = torch.device("neuron", torch.neuron.current_device())
+R = dist.ReduceOp
+
+
+def _value(rank: int, dtype: torch.dtype, n: int = 6) -> torch.Tensor:
+    """Rank ``rank``'s input, on the CPU (the reference) -- small values so products stay exact."""
+    return (torch.arange(n) % 3 + rank + 1).to(dtype)
+
+
+def _expect(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    assert actual.device == DEVICE, f"{what}: result on {actual.device}, expected {DEVICE}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if not torch.equal(actual.cpu(), expected):
+        raise AssertionError(f"{what}: got {actual.cpu().tolist()}, expected {expected.tolist()}")
+
+
+@cases.case
+def binds_local_core() -> int:
+    assert torch.neuron.current_device() == int(os.environ["LOCAL_RANK"])
+    assert torch.empty(1, device="neuron").device == DEVICE
+    return torch.neuron.current_device()
+
+
+_REDUCERS = {
+    R.SUM: lambda xs: fold(torch.add, xs),
+    R.PRODUCT: lambda xs: fold(torch.mul, xs),
+    R.MAX: lambda xs: fold(torch.maximum, xs),
+    R.MIN: lambda xs: fold(torch.minimum, xs),
+}
+
+
+def _reference(op: R.RedOpType, dtype: torch.dtype) -> torch.Tensor:
+    inputs = [_value(r, dtype) for r in range(WORLD)]
+    if op == R.AVG:
+        total = fold(torch.add, [x.to(torch.float64) for x in inputs])
+        avg = total / WORLD
+        return (avg.trunc() if not dtype.is_floating_point else avg).to(dtype)
+    return _REDUCERS[op](inputs)
+
+
+def _all_reduce_case(dtype: torch.dtype):
+    def case() -> None:
+        for op in (R.SUM, R.AVG, R.MAX, R.MIN, R.PRODUCT):
+            tensor = _value(RANK, dtype).to(DEVICE)
+            ptr = tensor.data_ptr()
+            dist.all_reduce(tensor, op=op)
+            assert tensor.data_ptr() == ptr, "all_reduce must work in place on device memory"
+            _expect(tensor, _reference(op, dtype), f"all_reduce {op} {dtype}")
+
+    case.__name__ = f"all_reduce_{str(dtype).removeprefix('torch.')}"
+    return case
+
+
+for _dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.uint8, torch.int16):
+    cases.case(_all_reduce_case(_dtype))
+
+
+@cases.case
+def broadcast_and_reduce() -> None:
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        root = WORLD - 1
+        tensor = _value(RANK, dtype).to(DEVICE)
+        dist.broadcast(tensor, src=root)
+        _expect(tensor, _value(root, dtype), f"broadcast {dtype}")
+        tensor = _value(RANK, dtype).to(DEVICE)
+        dist.reduce(tensor, dst=0, op=R.SUM)
+        if RANK == 0:
+            _expect(tensor, _reference(R.SUM, dtype), f"reduce {dtype}")
+    tensor = _value(RANK, torch.int64).to(DEVICE)
+    dist.reduce(tensor, dst=0, op=R.AVG)
+    if RANK == 0:
+        _expect(tensor, _reference(R.AVG, torch.int64), "reduce AVG int64")
+
+
+@cases.case
+def all_gather_list_and_into_tensor() -> None:
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.int16):
+        expected = [_value(r, dtype) for r in range(WORLD)]
+        outputs = [torch.empty(6, dtype=dtype, device=DEVICE) for _ in range(WORLD)]
+        dist.all_gather(outputs, _value(RANK, dtype).to(DEVICE))
+        for r in range(WORLD):
+            _expect(outputs[r], expected[r], f"all_gather list {dtype} slot {r}")
+        flat = torch.empty(6 * WORLD, dtype=dtype, device=DEVICE)
+        dist.all_gather_into_tensor(flat, _value(RANK, dtype).to(DEVICE))
+        _expect(flat, torch.cat(expected), f"all_gather_into_tensor {dtype}")
+
+
+@cases.case
+def reduce_scatter_list_and_tensor() -> None:
+    for dtype, op in ((torch.float32, R.SUM), (torch.bfloat16, R.AVG), (torch.int64, R.SUM), (torch.int32, R.MAX)):
+        full = [torch.cat([_value(r, dtype, 2) * (k + 1) for k in range(WORLD)]) for r in range(WORLD)]
+        chunks = [list(x.chunk(WORLD)) for x in full]
+        if op == R.AVG:
+            expected = (sum(c[RANK].float() for c in chunks) / WORLD).to(dtype)
+        else:
+            expected = (_REDUCERS[op])([c[RANK] for c in chunks])
+        out = torch.empty(2, dtype=dtype, device=DEVICE)
+        dist.reduce_scatter_tensor(out, full[RANK].to(DEVICE), op=op)
+        _expect(out, expected, f"reduce_scatter_tensor {dtype} {op}")
+        out = torch.empty(2, dtype=dtype, device=DEVICE)
+        dist.reduce_scatter(out, [c.to(DEVICE) for c in chunks[RANK]], op=op)
+        _expect(out, expected, f"reduce_scatter list {dtype} {op}")
+
+
+@cases.case
+def all_to_all_single_equal_and_uneven() -> None:
+    rows = torch.arange(WORLD * 2).reshape(WORLD, 2) + 100 * RANK
+    out = torch.empty(WORLD, 2, dtype=torch.int64, device=DEVICE)
+    dist.all_to_all_single(out, rows.to(DEVICE))
+    expected = torch.stack([torch.arange(WORLD * 2).reshape(WORLD, 2)[RANK] + 100 * r for r in range(WORLD)])
+    _expect(out, expected, "all_to_all_single equal splits")
+    # uneven: rank r sends (j + 1) rows to rank j, each row filled with 10 * r + j
+    in_splits = [j + 1 for j in range(WORLD)]
+    out_splits = [RANK + 1] * WORLD
+    send = torch.cat([torch.full((j + 1, 3), 10.0 * RANK + j) for j in range(WORLD)]).to(torch.bfloat16)
+    recv = torch.empty(sum(out_splits), 3, dtype=torch.bfloat16, device=DEVICE)
+    dist.all_to_all_single(recv, send.to(DEVICE), out_splits, in_splits)
+    expected = torch.cat([torch.full((RANK + 1, 3), 10.0 * r + RANK) for r in range(WORLD)]).to(torch.bfloat16)
+    _expect(recv, expected, "all_to_all_single uneven splits")
+
+
+@cases.case
+def all_to_all_list() -> None:
+    send = [torch.full((2,), 10 * RANK + j, dtype=torch.int32, device=DEVICE) for j in range(WORLD)]
+    recv = [torch.empty(2, dtype=torch.int32, device=DEVICE) for _ in range(WORLD)]
+    dist.all_to_all(recv, send)
+    for r in range(WORLD):
+        _expect(recv[r], torch.full((2,), 10 * r + RANK, dtype=torch.int32), f"all_to_all slot {r}")
+
+
+@cases.case
+def gather_and_scatter() -> None:
+    root = WORLD - 1
+    gathered = [torch.empty(6, device=DEVICE) for _ in range(WORLD)] if RANK == root else None
+    dist.gather(_value(RANK, torch.float32).to(DEVICE), gathered, dst=root)
+    if RANK == root:
+        for r in range(WORLD):
+            _expect(gathered[r], _value(r, torch.float32), f"gather slot {r}")
+    out = torch.empty(6, dtype=torch.bfloat16, device=DEVICE)
+    scatter_list = [_value(r, torch.bfloat16).to(DEVICE) * 2 for r in range(WORLD)] if RANK == 0 else None
+    dist.scatter(out, scatter_list, src=0)
+    _expect(out, _value(RANK, torch.bfloat16) * 2, "scatter")
+
+
+@cases.case
+def send_recv_ring_and_batch_p2p() -> None:
+    nxt, prv = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+    got = torch.empty(6, device=DEVICE)
+    if RANK % 2 == 0:
+        dist.send(_value(RANK, torch.float32).to(DEVICE), dst=nxt)
+        dist.recv(got, src=prv)
+    else:
+        dist.recv(got, src=prv)
+        dist.send(_value(RANK, torch.float32).to(DEVICE), dst=nxt)
+    _expect(got, _value(prv, torch.float32), "send/recv ring")
+    got = torch.empty(6, dtype=torch.int64, device=DEVICE)
+    ops = [dist.P2POp(dist.isend, _value(RANK, torch.int64).to(DEVICE), nxt),
+           dist.P2POp(dist.irecv, got, prv)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    _expect(got, _value(prv, torch.int64), "batch_isend_irecv")
+
+
+@cases.case
+def async_handles_and_futures() -> None:
+    tensors = [_value(RANK, torch.float32).to(DEVICE) for _ in range(3)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    for work in works:
+        work.wait()
+        assert work.is_completed()
+    for t in tensors:
+        _expect(t, _reference(R.SUM, torch.float32), "async all_reduce")
+    tensor = _value(RANK, torch.int64).to(DEVICE)
+    fut = dist.all_reduce(tensor, op=R.AVG, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+    _expect(doubled, _reference(R.AVG, torch.int64) * 2, "future chained on int AVG")
+    out = torch.empty(6 * WORLD, device=DEVICE)
+    work = dist.all_gather_into_tensor(out, _value(RANK, torch.float32).to(DEVICE), async_op=True)
+    work.wait()
+    _expect(out, torch.cat([_value(r, torch.float32) for r in range(WORLD)]), "async all_gather_into_tensor")
+
+
+@cases.case
+def coalesced_calls() -> None:
+    a, b = _value(RANK, torch.float32).to(DEVICE), _value(RANK, torch.float32, 4).to(DEVICE)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    cm.wait()
+    _expect(a, _reference(R.SUM, torch.float32), "coalesced all_reduce a")
+    _expect(b, _REDUCERS[R.SUM]([_value(r, torch.float32, 4) for r in range(WORLD)]), "coalesced all_reduce b")
+    outs = [torch.empty(6 * WORLD, device=DEVICE), torch.empty(2 * WORLD, device=DEVICE)]
+    ins = [_value(RANK, torch.float32).to(DEVICE), _value(RANK, torch.float32, 2).to(DEVICE)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    _expect(outs[0], torch.cat([_value(r, torch.float32) for r in range(WORLD)]), "coalesced all_gather 0")
+    _expect(outs[1], torch.cat([_value(r, torch.float32, 2) for r in range(WORLD)]), "coalesced all_gather 1")
+    full = torch.arange(4.0 * WORLD, device=DEVICE) + RANK
+    out = torch.empty(4, device=DEVICE)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.reduce_scatter_tensor(out, full)
+    cm.wait()
+    expected = sum(torch.arange(4.0 * WORLD) + r for r in range(WORLD)).chunk(WORLD)[RANK]
+    _expect(out, expected, "coalesced reduce_scatter_tensor")
+
+
+@cases.case
+def object_collectives() -> None:
+    objs = [None] * WORLD
+    dist.all_gather_object(objs, {"rank": RANK, "text": "x" * RANK})
+    assert objs == [{"rank": r, "text": "x" * r} for r in range(WORLD)], objs
+    box = [{"from": "root"} if RANK == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    assert box == [{"from": "root"}], box
+    gathered = [None] * WORLD if RANK == 0 else None
+    dist.gather_object(RANK * 3, gathered, dst=0)
+    if RANK == 0:
+        assert gathered == [r * 3 for r in range(WORLD)], gathered
+    out = [None]
+    dist.scatter_object_list(out, [f"item{r}" for r in range(WORLD)] if RANK == 0 else None, src=0)
+    assert out == [f"item{RANK}"], out
+    dist.barrier()
+
+
+@cases.case
+def functional_collectives() -> None:
+    group = dist.group.WORLD
+    x = _value(RANK, torch.float32).to(DEVICE)
+    _expect(funcol.all_reduce(x, "sum", group), _reference(R.SUM, torch.float32), "funcol.all_reduce")
+    _expect(funcol.all_reduce(x, "avg", group), _reference(R.AVG, torch.float32), "funcol.all_reduce avg")
+    _expect(funcol.all_gather_tensor(x, 0, group), torch.cat([_value(r, torch.float32) for r in range(WORLD)]),
+            "funcol.all_gather_tensor")
+    full = (torch.arange(2.0 * WORLD) + RANK).to(DEVICE)
+    expected = sum(torch.arange(2.0 * WORLD) + r for r in range(WORLD)).chunk(WORLD)[RANK]
+    _expect(funcol.reduce_scatter_tensor(full, "sum", 0, group), expected, "funcol.reduce_scatter_tensor")
+    rows = (torch.arange(WORLD * 2.0).reshape(WORLD, 2) + 100 * RANK).to(DEVICE)
+    got = funcol.all_to_all_single(rows, None, None, group)
+    expected = torch.stack([torch.arange(WORLD * 2.0).reshape(WORLD, 2)[RANK] + 100 * r for r in range(WORLD)])
+    _expect(got, expected, "funcol.all_to_all_single")
+
+
+@cases.case
+def subgroups_from_new_group() -> None:
+    evens, odds = list(range(0, WORLD, 2)), list(range(1, WORLD, 2))
+    groups = [dist.new_group(evens), dist.new_group(odds)]
+    mine = groups[RANK % 2]
+    members = evens if RANK % 2 == 0 else odds
+    assert dist.get_backend(mine) == "neuron"
+    tensor = _value(RANK, torch.float32).to(DEVICE)
+    dist.all_reduce(tensor, group=mine)
+    _expect(tensor, _REDUCERS[R.SUM]([_value(r, torch.float32) for r in members]), "subgroup all_reduce")
+    out = torch.empty(6 * len(members), dtype=torch.int64, device=DEVICE)
+    dist.all_gather_into_tensor(out, _value(RANK, torch.int64).to(DEVICE), group=mine)
+    _expect(out, torch.cat([_value(r, torch.int64) for r in members]), "subgroup all_gather")
+    box = [RANK]
+    dist.broadcast_object_list(box, src=members[-1], group=mine)
+    assert box == [members[-1]], box
+
+
+@cases.case
+def device_mesh_submeshes() -> None:
+    if WORLD % 2:
+        return None
+    mesh = init_device_mesh("neuron", (WORLD // 2, 2), mesh_dim_names=("dp", "tp"))
+    assert mesh.device_type == "neuron"
+    for dim in ("dp", "tp"):
+        sub = mesh[dim]
+        group = sub.get_group()
+        members = dist.get_process_group_ranks(group)
+        tensor = _value(RANK, torch.float32).to(DEVICE)
+        dist.all_reduce(tensor, group=group)
+        _expect(tensor, _REDUCERS[R.SUM]([_value(r, torch.float32) for r in members]), f"mesh[{dim!r}] all_reduce")
+        got = funcol.all_gather_tensor(_value(RANK, torch.float32).to(DEVICE), 0, (mesh, ("dp", "tp").index(dim)))
+        _expect(got, torch.cat([_value(r, torch.float32) for r in members]), f"funcol on mesh dim {dim}")
+    return mesh.mesh.tolist()
+
+
+@cases.case
+def mismatched_shapes_raise_on_every_rank() -> str:
+    tensor = torch.ones(4 if RANK == 0 else 8, device=DEVICE)
+    try:
+        dist.all_reduce(tensor)
+    except neuron_dist.CollectiveMismatchError as error:
+        text = str(error)
+        assert "all_reduce" in text and "float32[4]" in text and "float32[8]" in text, text
+        assert "collective #" in text, text
+    else:
+        raise AssertionError("no error for mismatched shapes")
+    tensor = torch.ones(4, device=DEVICE)
+    dist.all_reduce(tensor)  # the group is still in step
+    _expect(tensor, torch.full((4,), float(WORLD)), "all_reduce after a mismatch")
+    return text
+
+
+@cases.case
+def mismatched_dtypes_raise_on_every_rank() -> str:
+    dtype = torch.float32 if RANK == 0 else torch.int32  # the same width: gloo alone would mix them
+    try:
+        dist.all_gather_into_tensor(torch.empty(4 * WORLD, dtype=dtype, device=DEVICE), torch.ones(4, dtype=dtype, device=DEVICE))
+    except neuron_dist.CollectiveMismatchError as error:
+        text = str(error)
+        assert "float32" in text and "int32" in text and "all_gather_into_tensor" in text, text
+    else:
+        raise AssertionError("no error for mismatched dtypes")
+    return text
+
+
+@cases.case
+def mismatched_collectives_raise() -> str:
+    tensor = torch.ones(4, device=DEVICE)
+    try:
+        if RANK == 0:
+            dist.broadcast(tensor, src=0)
+        else:
+            dist.all_reduce(tensor)
+    except neuron_dist.CollectiveMismatchError as error:
+        text = str(error)
+        assert "broadcast" in text and "all_reduce" in text, text
+    else:
+        raise AssertionError("no error for different collectives")
+    return text
+
+
+@cases.case
+def wrong_device_names_backend_and_device() -> str:
+    try:
+        dist.all_reduce(torch.ones(4, device="meta"))
+    except neuron_dist.UnsupportedDeviceError as error:
+        text = str(error)
+        assert "'neuron'" in text and "meta" in text, text
+        return text
+    raise AssertionError("no error for a meta tensor")
+
+
+@cases.case
+def cpu_tensors_also_work() -> None:
+    tensor = _value(RANK, torch.float32)
+    dist.all_reduce(tensor)
+    assert torch.equal(tensor, _reference(R.SUM, torch.float32))
+
+
+cases.run()
+dist.destroy_process_group()

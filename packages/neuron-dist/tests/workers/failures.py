@@ -1,0 +1,69 @@
+"""Failure behaviour: a collective that times out, and a rank that dies. Run as one rank per
+process with a short timeout; argv[2] picks the scenario."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import neuron_dist
+from _cases import Cases
+
+cases = Cases()
+SCENARIO = sys.argv[2]
+dist.init_process_group("neuron", timeout=timedelta(seconds=3))
+RANK, WORLD = dist.get_rank(), dist.get_world_size()
+DEVICE = torch.device("neuron", torch.neuron.current_device())
+
+
+@cases.case
+def timeout_names_collective_sequence_and_missing_ranks() -> str | None:
+    if SCENARIO != "timeout":
+        return None
+    tensor = torch.ones(4, device=DEVICE)
+    dist.all_reduce(tensor)  # collective #1, everyone
+    if RANK == WORLD - 1:
+        time.sleep(8)  # misses collective #2 past the 3 s timeout
+        return None
+    start = time.monotonic()
+    try:
+        dist.all_reduce(tensor)
+    except neuron_dist.CollectiveTimeoutError as error:
+        elapsed = time.monotonic() - start
+        text = str(error)
+        assert "all_reduce" in text and "collective #2" in text, text
+        assert f"ranks that did not arrive: [{WORLD - 1}]" in text, text
+        assert elapsed < 15, elapsed
+        return text
+    raise AssertionError("the all_reduce did not time out")
+
+
+@cases.case
+def dead_rank_fails_the_others_within_the_timeout() -> str | None:
+    if SCENARIO != "dead":
+        return None
+    tensor = torch.ones(4, device=DEVICE)
+    dist.all_reduce(tensor)
+    if RANK == WORLD - 1:
+        os._exit(0)  # dies without a word (the test expects its results to be missing)
+    time.sleep(0.5)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(tensor)
+    except (neuron_dist.CollectivePeerError, neuron_dist.CollectiveTimeoutError) as error:
+        elapsed = time.monotonic() - start
+        text = str(error)
+        assert "all_reduce" in text and "collective #2" in text, text
+        assert f"did not arrive: [{WORLD - 1}]" in text, text
+        assert elapsed < 15, elapsed
+        return text
+    raise AssertionError("the all_reduce did not fail")
+
+
+cases.run()
+os._exit(0)  # skip destroy_process_group: the group is broken on purpose

@@ -1,0 +1,205 @@
+"""DDP, FSDP2 (fp32 and bf16 mixed precision), tensor/sequence parallelism and DTensor on the
+"neuron" backend with 2 ranks, each compared with the same computation on a single device."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+from torch.nn.parallel import DistributedDataParallel
+
+from _cases import Cases
+
+cases = Cases()
+dist.init_process_group("neuron")
+RANK, WORLD = dist.get_rank(), dist.get_world_size()
+DEVICE = torch.device("neuron", torch.neuron.current_device())
+MESH = init_device_mesh("neuron", (WORLD,))
+DIM = 16
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, what: str, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    a, b = (t.full_tensor() if isinstance(t, DTensor) else t for t in (a, b))
+    a, b = a.detach().float().cpu(), b.detach().float().cpu()
+    if not torch.allclose(a, b, atol=atol, rtol=rtol):
+        raise AssertionError(f"{what}: max abs diff {(a - b).abs().max().item()}")
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM), nn.GELU(), nn.Linear(DIM, DIM))
+
+
+def _batches() -> torch.Tensor:
+    """The global batch (same on every rank); rank r trains on rows [r::WORLD]."""
+    gen = torch.Generator().manual_seed(1)
+    return torch.randn(4 * WORLD, DIM, generator=gen).to(DEVICE)
+
+
+def _reference_grads(model: nn.Module, batch: torch.Tensor) -> tuple[float, dict[str, torch.Tensor]]:
+    """Loss and grads of a single-device model on the whole batch (mean over ranks' mean losses)."""
+    model.zero_grad()
+    losses = [model(batch[r::WORLD]).pow(2).mean() for r in range(WORLD)]
+    loss = torch.stack(losses).mean()
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@cases.case
+def ddp_matches_single_device() -> float:
+    reference = _mlp().to(DEVICE)
+    ddp = DistributedDataParallel(copy.deepcopy(reference))
+    batch = _batches()
+    ref_loss, ref_grads = _reference_grads(reference, batch)
+    loss = ddp(batch[RANK::WORLD]).pow(2).mean()
+    loss.backward()
+    mean_loss = loss.detach().clone()
+    dist.all_reduce(mean_loss, op=dist.ReduceOp.AVG)
+    _close(mean_loss, torch.tensor(ref_loss), "loss")
+    for name, param in ddp.module.named_parameters():
+        assert param.grad.device == DEVICE, param.grad.device
+        _close(param.grad, ref_grads[name], f"grad {name}")
+    return ref_loss
+
+
+def _fsdp_step(mp: MixedPrecisionPolicy | None, reference: nn.Module) -> tuple[torch.Tensor, nn.Module]:
+    model = copy.deepcopy(reference)
+    kwargs = {"mesh": MESH} | ({"mp_policy": mp} if mp else {})
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    batch = _batches()
+    loss = model(batch[RANK::WORLD]).pow(2).mean()
+    loss.backward()
+    mean_loss = loss.detach().float().clone()
+    dist.all_reduce(mean_loss, op=dist.ReduceOp.AVG)
+    return mean_loss, model
+
+
+@cases.case
+def fsdp2_fp32_matches_single_device() -> float:
+    reference = _mlp().to(DEVICE)
+    loss, model = _fsdp_step(None, reference)
+    ref_loss, ref_grads = _reference_grads(reference, _batches())
+    _close(loss, torch.tensor(ref_loss), "loss")
+    for name, param in model.named_parameters():
+        assert isinstance(param, DTensor) and param.device == DEVICE
+        _close(param.grad.full_tensor(), ref_grads[name], f"grad {name}")
+    return ref_loss
+
+
+@cases.case
+def fsdp2_bf16_mixed_precision_matches_single_device() -> float:
+    reference = _mlp().to(DEVICE)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    loss, model = _fsdp_step(mp, reference)
+    # The single-device equivalent: bf16 compute per rank batch, fp32 average of the grads.
+    bf16 = copy.deepcopy(reference).to(torch.bfloat16)
+    batch = _batches()
+    grads: dict[str, torch.Tensor] = {}
+    losses = []
+    for r in range(WORLD):
+        bf16.zero_grad()
+        rank_loss = bf16(batch[r::WORLD].to(torch.bfloat16)).pow(2).mean()
+        rank_loss.backward()
+        losses.append(rank_loss.float())
+        for name, param in bf16.named_parameters():
+            grads[name] = grads.get(name, 0) + param.grad.float() / WORLD
+    _close(loss, torch.stack(losses).mean(), "loss", atol=1e-3, rtol=1e-3)
+    for name, param in model.named_parameters():
+        assert param.dtype == torch.float32 and param.grad.dtype == torch.float32
+        _close(param.grad.full_tensor(), grads[name], f"grad {name}", atol=1e-3, rtol=1e-2)
+    return loss.item()
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = nn.LayerNorm(DIM)
+        self.up = nn.Linear(DIM, 4 * DIM)
+        self.down = nn.Linear(4 * DIM, DIM)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(self.norm(x))))
+
+
+def _tp_check(plan: dict, sequence_parallel: bool) -> float:
+    reference = _Block().to(DEVICE)
+    model = parallelize_module(copy.deepcopy(reference), MESH, plan)
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 8, DIM, generator=gen).to(DEVICE)  # (batch, sequence, hidden), same on all ranks
+    if sequence_parallel:
+        out = model(distribute_tensor(x, MESH, [Shard(1)]).to_local())
+        out = DTensor.from_local(out, MESH, [Shard(1)]).full_tensor()
+    else:
+        out = model(x)
+    out.pow(2).mean().backward()
+    ref_out = reference(x)
+    ref_out.pow(2).mean().backward()
+    _close(out, ref_out, "output")
+    for (name, param), ref in zip(model.named_parameters(), reference.parameters()):
+        grad = param.grad.full_tensor() if isinstance(param.grad, DTensor) else param.grad
+        _close(grad, ref.grad, f"grad {name}")
+    return ref_out.pow(2).mean().item()
+
+
+@cases.case
+def tensor_parallel_colwise_rowwise() -> float:
+    return _tp_check({"up": ColwiseParallel(), "down": RowwiseParallel()}, sequence_parallel=False)
+
+
+@cases.case
+def sequence_parallel_plan() -> float:
+    plan = {
+        "norm": SequenceParallel(),
+        "up": ColwiseParallel(input_layouts=Shard(1)),
+        "down": RowwiseParallel(output_layouts=Shard(1)),
+    }
+    return _tp_check(plan, sequence_parallel=True)
+
+
+@cases.case
+def dtensor_distribute_redistribute_ops() -> None:
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(8, 6, generator=gen).to(DEVICE)
+    b = torch.randn(6, 4, generator=gen).to(DEVICE)
+    da = distribute_tensor(a, MESH, [Shard(0)])
+    db = distribute_tensor(b, MESH, [Replicate()])
+    assert da.to_local().device == DEVICE and da.to_local().shape == (8 // WORLD, 6)
+    _close(da.full_tensor(), a, "full_tensor")
+    _close((da @ db).full_tensor(), a @ b, "matmul")
+    _close(da.sum(), a.sum(), "sum")  # a Partial -> Replicate all_reduce
+    _close(da.redistribute(MESH, [Shard(1)]).full_tensor(), a, "Shard(0) -> Shard(1) (all_to_all)")
+    _close(da.redistribute(MESH, [Replicate()]).to_local(), a, "Shard(0) -> Replicate (all_gather)")
+    partial = DTensor.from_local(a, MESH, [torch.distributed.tensor.Partial()])
+    _close(partial.redistribute(MESH, [Shard(0)]).full_tensor(), a * WORLD, "Partial -> Shard (reduce_scatter)")
+
+
+@cases.case
+def dtensor_compiled_with_functional_collectives() -> None:
+    """A DTensor program under torch.compile traces its collectives as functional collectives."""
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(8, 4, generator=gen).to(DEVICE)
+
+    def program(x: DTensor) -> torch.Tensor:
+        return (x.redistribute(MESH, [Replicate()]) * 2).to_local()
+
+    compiled = torch.compile(program, backend="aot_eager", fullgraph=True)
+    _close(compiled(distribute_tensor(a, MESH, [Shard(0)])), a * 2, "compiled redistribute")
+
+
+cases.run()
+dist.destroy_process_group()
