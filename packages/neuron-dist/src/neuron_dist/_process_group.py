@@ -328,9 +328,9 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         )
         seq = self._begin(signature, [*outputs, *inputs])
         plan = plan_reduction(first.dtype, opts.reduceOp, self.size(), self._where(op, seq))
-        out_views = host_views(outputs)
+        out_views = [v.reshape(-1) for v in host_views(outputs)]
         out_wires = [plan.to_wire(v) for v in out_views]
-        in_wires = [plan.to_wire(v) for v in host_views(inputs)]
+        in_wires = [plan.to_wire(v.reshape(-1)) for v in host_views(inputs)]
         gloo_opts = self._reduce_scatter_opts(plan.op, opts)
 
         def finish() -> None:
@@ -424,8 +424,9 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         first = inputs[0]
         signature = Signature(op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs))
         seq = self._begin(signature, [*outputs, *inputs])
-        outs = _wires(host_views(outputs))
-        ins = _wires(host_views(inputs))
+        # flat buffers: gloo insists on an output shaped (world, *input.shape); NCCL (and we) take any shape
+        outs = _wires([v.reshape(-1) for v in host_views(outputs)])
+        ins = _wires([v.reshape(-1) for v in host_views(inputs)])
         return self._launch(
             op, seq, lambda: [self._gloo._allgather_base(o, i, opts) for o, i in zip(outs, ins)],
             outputs, (outputs, inputs),
