@@ -52,7 +52,9 @@ def _torch_source_env() -> dict[str, str]:
 
 def _sync(session: nox.Session) -> dict[str, str]:
     env = _torch_source_env()
-    session.run("uv", "sync", "--all-packages", "--inexact", external=True, env=env)
+    # Bytecode is compiled at install time: with PYTHONDONTWRITEBYTECODE set (as on CI machines)
+    # every process would otherwise recompile torch's sources, about 15 s per `import torch`.
+    session.run("uv", "sync", "--all-packages", "--inexact", "--compile-bytecode", external=True, env=env)
     return env
 
 

@@ -1,1 +1,15 @@
-"""placeholder"""
+"""neuron-compile: ``torch.compile(model, backend="neuron")`` for the emulated Trainium device.
+
+Graphs are lowered by Inductor into vectorised C++ kernels whose buffers live in NeuronCore
+memory; every input signature is one static graph; compiled graphs persist in an on-disk cache
+shared by processes; :func:`metrics.report` says what was compiled, loaded, or broke a graph.
+"""
+
+from __future__ import annotations
+
+from neuron_compile import metrics
+from neuron_compile.backend import NeuronCompileError, neuron_backend
+from neuron_compile.options import CompileOptions
+
+__all__ = ["CompileOptions", "NeuronCompileError", "metrics", "neuron_backend", "__version__"]
+__version__ = "0.1.0"

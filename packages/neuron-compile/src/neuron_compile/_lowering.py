@@ -1,0 +1,146 @@
+"""Lowering one Dynamo graph for one set of concrete input shapes into a neuron executable.
+
+Steps, each kept small:
+
+1. The graph is copied with every ``neuron`` device argument replaced by ``cpu`` and its
+   example inputs replaced by fake CPU tensors of the same sizes, strides and dtypes: Inductor
+   then runs its CPU pipeline unchanged (decompositions, AOTAutograd's forward/backward
+   partition, fusion, vectorised C++ kernels).
+2. Ambient autocast for ``neuron`` becomes the same autocast for ``cpu`` while tracing, so the
+   casts land in the graph as they would on the device.
+3. :func:`neuron_compile._codegen.lowering_for_neuron` makes the generated program allocate
+   on, and run against, the current NeuronCore.
+4. ``torch._inductor.standalone_compile(..., aot=True)`` produces a self-contained serialisable
+   artifact (forward and backward); the C++ kernel binaries it built are collected so that a
+   fresh process can load the executable without invoking the C++ compiler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch._inductor import codecache as _codecache
+from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.runtime.cache_dir_utils import cache_dir as _inductor_cache_dir
+from torch._subclasses import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from neuron_compile._codegen import lowering_for_neuron
+from neuron_compile.executable import NeuronExecutable
+
+__all__ = ["lower_graph"]
+
+
+class _NeuronLoweringMarker(CustomGraphPass):
+    """A no-op post-grad pass whose only effect is its uuid in Inductor's cache keys.
+
+    Graphs lowered for neuron look like CPU graphs to Inductor; this keeps Inductor's own
+    in-process and on-disk caches from handing a neuron program to a CPU compile or back.
+    """
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        return None
+
+    def uuid(self) -> str:
+        return "torch-neuronx-lowering-v1"
+
+
+def _cpu_for_neuron(value: Any) -> Any:
+    if isinstance(value, torch.device) and value.type == "neuron":
+        return torch.device("cpu")
+    if isinstance(value, str) and (value == "neuron" or value.startswith("neuron:")):
+        return "cpu"
+    return value
+
+
+def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose device arguments (and autocast regions) name ``cpu``."""
+    graph = copy.deepcopy(gm.graph)
+    for node in graph.nodes:
+        node.args = torch.fx.node.map_aggregate(node.args, _cpu_for_neuron)
+        node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _cpu_for_neuron)
+    lowered = torch.fx.GraphModule(gm, graph)
+    for node in graph.nodes:  # constants baked into the graph are read on the host side
+        if node.op == "get_attr":
+            value = getattr(lowered, node.target, None)
+            if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+                setattr(lowered, node.target, value.detach().cpu())
+    for name, submodule in lowered.named_children():  # control-flow subgraphs
+        if isinstance(submodule, torch.fx.GraphModule):
+            setattr(lowered, name, _graph_for_cpu_lowering(submodule))
+    lowered.recompile()
+    return lowered
+
+
+def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode) -> list[Any]:
+    inputs: list[Any] = []
+    with fake_mode:
+        for value in example_inputs:
+            if isinstance(value, torch.Tensor):
+                fake = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="cpu")
+                inputs.append(fake.requires_grad_(value.requires_grad))
+            else:
+                inputs.append(value)
+    return inputs
+
+
+@contextlib.contextmanager
+def _autocast_as_on_device() -> Iterator[None]:
+    """Ambient ``neuron`` autocast applied to the CPU tracing of the lowering."""
+    if not torch.is_autocast_enabled("neuron"):
+        yield
+        return
+    dtype = torch.get_autocast_dtype("neuron")
+    with torch.autocast("neuron", enabled=False), torch.autocast("cpu", dtype=dtype):
+        yield
+
+
+@contextlib.contextmanager
+def _recording_kernel_sources() -> Iterator[list[str]]:
+    """Collects the paths of the C++ sources Inductor writes (or finds) while compiling."""
+    written: list[str] = []
+    original = _codecache.write
+
+    def recording_write(content: Any, extension: str, *args: Any, **kwargs: Any) -> tuple[str, str]:
+        key, path = original(content, extension, *args, **kwargs)
+        if extension == "main.cpp":
+            written.append(path)
+        return key, path
+
+    _codecache.write = recording_write
+    try:
+        yield written
+    finally:
+        _codecache.write = original
+
+
+def _kernel_binaries(source_paths: Sequence[str]) -> dict[str, bytes]:
+    """The shared objects built from ``source_paths``, keyed by path in Inductor's cache."""
+    root = _inductor_cache_dir()
+    binaries: dict[str, bytes] = {}
+    for source in source_paths:
+        binary = source[: -len(".cpp")] + ".so"
+        if os.path.exists(binary):
+            with open(binary, "rb") as handle:
+                binaries[os.path.relpath(binary, root)] = handle.read()
+    return binaries
+
+
+def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> NeuronExecutable:
+    """Compiles ``gm`` for exactly the shapes of ``example_inputs`` into a neuron executable."""
+    lowered = _graph_for_cpu_lowering(gm)
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    inputs = _fake_cpu_inputs(example_inputs, fake_mode)
+    options = {"config_patches": {"post_grad_custom_post_pass": _NeuronLoweringMarker()}}
+    with _recording_kernel_sources() as sources, _autocast_as_on_device(), lowering_for_neuron():
+        artifact = torch._inductor.standalone_compile(
+            lowered, inputs, dynamic_shapes="from_example_inputs", options=options, aot=True,
+            donate_graph_module=True, fake_mode=fake_mode,
+        )
+    return NeuronExecutable(program=artifact.serialize(), kernels=_kernel_binaries(sources))

@@ -1,0 +1,272 @@
+"""The ``neuron`` backend of ``torch.compile``, registered through the ``torch_dynamo_backends``
+entry point (installing the package is enough: ``torch.compile(model, backend="neuron")``).
+
+Static shapes, as on Trainium: every distinct input signature (sizes, strides, dtypes) is one
+graph with its own executable, counted in :mod:`neuron_compile.metrics`. A graph Dynamo hands
+over with symbolic sizes, because of ``dynamic=True`` or Dynamo's automatic dynamic shapes, is
+not compiled symbolically: it is compiled once per concrete signature it is called with (the
+documented coercion of ``dynamic=True``, announced by one warning). Dynamo's recompile limit is
+raised to 64 so that a bucket policy's graphs (16 with the default) all fit.
+
+Executables come from, in order: this process's memory, the persistent compile cache
+(:mod:`neuron_compile.cache`), or the compiler (:mod:`neuron_compile._lowering`). A graph the
+compiler cannot handle raises :class:`NeuronCompileError` naming the operator, unless the
+``fallback_to_eager`` option asks to run that graph eagerly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch._dynamo
+import torch.fx
+
+from neuron_compile import _diagnostics, metrics
+from neuron_compile.executable import ExecutableFormatError, NeuronExecutable
+from neuron_compile.options import CompileOptions
+
+__all__ = ["neuron_backend", "NeuronCompileError"]
+
+__version__ = "0.1.0"
+
+# One graph per bucket must fit under Dynamo's recompile limit (default 8).
+_MIN_RECOMPILE_LIMIT = 64
+if torch._dynamo.config.recompile_limit < _MIN_RECOMPILE_LIMIT:
+    torch._dynamo.config.recompile_limit = _MIN_RECOMPILE_LIMIT
+
+
+class NeuronCompileError(RuntimeError):
+    """The neuron compiler could not compile a graph."""
+
+
+_memory_lock = threading.Lock()
+_loaded: dict[str, Callable[..., Any]] = {}
+_warned_dynamic = False
+
+
+def _function_name() -> tuple[str, str]:
+    """(readable name, identity) of the function Dynamo is compiling."""
+    from torch._guards import CompileContext, TracingContext
+
+    context = TracingContext.try_get()
+    code = context.traced_code[0] if context is not None and context.traced_code else None
+    name = code.co_name if code is not None else "graph"
+    compile_id = CompileContext.current_compile_id()
+    frame = str(compile_id.frame_id) if compile_id is not None else name
+    suffix = f"[{compile_id}]" if compile_id is not None else ""
+    return f"{name}{suffix}", f"{name}:{frame}"
+
+
+def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    for node in gm.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("example_value")
+        if isinstance(value, torch.SymInt) or (isinstance(value, torch.Tensor) and free_symbols(value)):
+            return True
+    return False
+
+
+def _input_spec(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return [list(value.shape), list(value.stride()), str(value.dtype).removeprefix("torch."),
+                value.device.type, bool(value.requires_grad)]
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    return type(value).__qualname__
+
+
+def _signature_text(specs: Sequence[Any]) -> str:
+    shapes = [spec[0] for spec in specs if isinstance(spec, list)]
+    return " ".join("x".join(map(str, shape)) or "scalar" for shape in shapes[-4:]) + (
+        f" (+{len(shapes) - 4} more)" if len(shapes) > 4 else "")
+
+
+def _graph_text(gm: torch.fx.GraphModule) -> str:
+    """The graph's code (with control-flow subgraphs and constants), without source comments."""
+    parts = []
+    for name, module in gm.named_modules():
+        if isinstance(module, torch.fx.GraphModule):
+            code = "\n".join(line for line in module.code.splitlines()
+                             if line.strip() and not line.lstrip().startswith("#"))
+            parts.append(f"{name}:\n{code}")
+    for node in gm.graph.find_nodes(op="get_attr"):
+        value = getattr(gm, node.target, None)
+        if isinstance(value, torch.Tensor):
+            data = value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+            parts.append(f"{node.target}={_input_spec(value)}:{hashlib.sha256(data).hexdigest()}")
+    return "\n".join(parts)
+
+
+def _cache_key(gm: torch.fx.GraphModule, specs: list[Any], options: CompileOptions) -> str:
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    import neuron_runtime
+    from neuron_compile.cache import make_key
+
+    autocast = (torch.is_autocast_enabled("neuron"), str(torch.get_autocast_dtype("neuron")))
+    return make_key({
+        "graph": _graph_text(gm),
+        "inputs": specs,
+        "grad_enabled": torch.is_grad_enabled(),
+        "autocast": list(autocast),
+        "options": {"fallback_to_eager": options.fallback_to_eager},
+        "versions": {"torch": torch.__version__, "neuron_compile": __version__,
+                     "neuron_runtime": neuron_runtime.__version__},
+        "cpu_isa": str(pick_vec_isa()),
+    })
+
+
+def _failing_operator(error: BaseException) -> str | None:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        target = getattr(current, "target", None)
+        if target is not None:
+            return str(target)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _on_core(executable: Callable[..., Any], index: int) -> Callable[..., Any]:
+    """Runs ``executable`` with ``index`` as the current core (its buffers are allocated there)."""
+    current_device = torch.neuron.current_device
+    set_device = torch.neuron.set_device
+
+    def run(*args: Any) -> Any:
+        previous = current_device()
+        if previous == index:
+            return executable(*args)
+        set_device(index)
+        try:
+            return executable(*args)
+        finally:
+            set_device(previous)
+
+    return run
+
+
+def _device_index(example_inputs: Sequence[Any]) -> int:
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+            return value.device.index if value.device.index is not None else torch.neuron.current_device()
+    return torch.neuron.current_device()
+
+
+class _NeuronGraph:
+    """One Dynamo graph and its executables, one per concrete input signature."""
+
+    def __init__(self, gm: torch.fx.GraphModule, options: CompileOptions) -> None:
+        self.gm = gm
+        self.options = options
+        self.name, self.function = _function_name()
+        self.placeholders = [node.name for node in gm.graph.find_nodes(op="placeholder")]
+        self.executables: dict[str, Callable[..., Any]] = {}
+
+    def executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
+        specs = [_input_spec(value) for value in inputs]
+        key = _cache_key(self.gm, specs, self.options)
+        executable = self.executables.get(key)
+        if executable is None:
+            executable = _on_core(self._obtain(key, inputs, specs), _device_index(inputs))
+            self.executables[key] = executable
+            shapes = {name: tuple(spec[0]) for name, spec in zip(self.placeholders, specs)
+                      if isinstance(spec, list) and not name.startswith(("l_self_", "L_self_"))}
+            _diagnostics.note_graph(self.function, shapes, self.options.graph_warning_threshold)
+        return executable
+
+    def __call__(self, *args: Any) -> Any:  # symbolic graphs: one executable per signature
+        return self.executable_for(args)(*args)
+
+    def _obtain(self, key: str, inputs: Sequence[Any], specs: list[Any]) -> Callable[..., Any]:
+        signature = _signature_text(specs)
+        with _memory_lock:
+            loaded = _loaded.get(key)
+        if loaded is not None:
+            metrics._record(metrics.GraphRecord(self.name, signature, "memory", 0.0, key))
+            return loaded
+        from neuron_compile.cache import default_cache
+
+        cache = default_cache() if self.options.cache else None
+        start = time.perf_counter()
+        loaded = self._load_cached(cache, key) if cache is not None else None
+        if loaded is not None:
+            source = "disk"
+        elif cache is not None:
+            with cache.lock(key):  # another process compiling this graph finishes first
+                loaded = self._load_cached(cache, key)
+                source = "disk"
+                if loaded is None:
+                    loaded, source = self._compile(inputs, cache, key, signature)
+        else:
+            loaded, source = self._compile(inputs, None, key, signature)
+        seconds = time.perf_counter() - start
+        reason = getattr(loaded, "_neuron_fallback_reason", "")
+        metrics._record(metrics.GraphRecord(self.name, signature, source, seconds, key, reason))
+        with _memory_lock:
+            _loaded[key] = loaded
+        return loaded
+
+    def _load_cached(self, cache: Any, key: str) -> Callable[..., Any] | None:
+        payload = cache.get(key)
+        if payload is None:
+            return None
+        try:
+            return NeuronExecutable.from_bytes(payload).load()
+        except ExecutableFormatError as error:
+            warnings.warn(f"neuron compile cache entry {key} cannot be loaded ({error}); recompiling",
+                          stacklevel=3)
+            cache.remove(key)
+            return None
+
+    def _compile(self, inputs: Sequence[Any], cache: Any, key: str,
+                 signature: str) -> tuple[Callable[..., Any], str]:
+        from neuron_compile._lowering import lower_graph
+
+        start = time.perf_counter()
+        try:
+            executable = lower_graph(self.gm, inputs)
+        except Exception as error:
+            operator = _failing_operator(error)
+            where = f" at operator {operator}" if operator else ""
+            message = (f"the neuron compiler could not compile graph '{self.name}' ({signature}){where}: "
+                       f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}")
+            if not self.options.fallback_to_eager:
+                raise NeuronCompileError(
+                    message + ". Pass options={'fallback_to_eager': True} to torch.compile (or set "
+                    "TORCH_NEURONX_FALLBACK_TO_EAGER=1) to run such graphs eagerly instead.") from error
+            warnings.warn(message + "; running this graph eagerly (fallback_to_eager)", stacklevel=4)
+            eager = self.gm.forward
+            run = lambda *args: eager(*args)  # noqa: E731
+            run._neuron_fallback_reason = f"{operator or type(error).__name__}"  # type: ignore[attr-defined]
+            return run, "eager"
+        if cache is not None:
+            cache.put(key, executable.to_bytes(), {
+                "graph": self.name, "inputs": signature, "torch": torch.__version__,
+                "compile_seconds": round(time.perf_counter() - start, 3),
+            })
+        return executable.load(), "compiled"
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
+                   mode: str | None = None, options: dict[str, Any] | None = None) -> Callable[..., Any]:
+    """Dynamo backend: compiles ``gm`` into neuron executables, one per input signature."""
+    global _warned_dynamic
+    compile_options = CompileOptions.resolve(mode, options)
+    graph = _NeuronGraph(gm, compile_options)
+    if _is_symbolic(gm):
+        if not torch._dynamo.config.assume_static_by_default and not _warned_dynamic:
+            _warned_dynamic = True
+            warnings.warn(
+                "torch.compile(backend='neuron', dynamic=True): Trainium graphs have static shapes, so "
+                "the neuron backend compiles one graph per input shape it is called with. Pad inputs "
+                "to buckets (neuron_compile.BucketPolicy) to bound the number of graphs.", stacklevel=2)
+        return graph
+    return graph.executable_for(example_inputs)

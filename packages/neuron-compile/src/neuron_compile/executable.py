@@ -1,0 +1,119 @@
+"""The compiled program for one graph and one set of input shapes: our analogue of a NEFF.
+
+A :class:`NeuronExecutable` is self-contained: Inductor's serialised forward/backward program
+(generated Python wrapper, AOTAutograd metadata) plus the shared objects of its C++ kernels.
+``to_bytes``/``from_bytes`` move it between processes; ``load`` turns it into a callable
+without compiling anything (the kernels are placed where Inductor looks for them, so its C++
+compiler is never invoked).
+
+Byte layout::
+
+    8 bytes   magic b"NEURONEX"
+    2 bytes   format version (big-endian, 1)
+    4 bytes   header length H (big-endian)
+    H bytes   JSON header: {"torch": version, "program": size, "kernels": [[path, size], ...]}
+    ...       the program, then each kernel binary in header order
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["NeuronExecutable", "ExecutableFormatError"]
+
+_MAGIC = b"NEURONEX"
+_VERSION = 1
+_PREFIX = struct.Struct(">8sHI")
+
+
+class ExecutableFormatError(ValueError):
+    """Bytes that are not a neuron executable this torch and torch-neuronx can load."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuronExecutable:
+    """A compiled graph: Inductor's program and the binaries of its C++ kernels."""
+
+    program: bytes
+    kernels: dict[str, bytes]  # path relative to Inductor's cache directory -> shared object
+    torch_version: str = torch.__version__
+
+    def to_bytes(self) -> bytes:
+        """Serialises the executable (see the module docstring for the layout)."""
+        names = sorted(self.kernels)
+        header = json.dumps({
+            "torch": self.torch_version,
+            "program": len(self.program),
+            "kernels": [[name, len(self.kernels[name])] for name in names],
+        }).encode()
+        parts = [_PREFIX.pack(_MAGIC, _VERSION, len(header)), header, self.program]
+        parts += [self.kernels[name] for name in names]
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> NeuronExecutable:
+        """Parses bytes written by :meth:`to_bytes`; raises ExecutableFormatError otherwise."""
+        if len(data) < _PREFIX.size:
+            raise ExecutableFormatError("neuron executable is truncated (no header)")
+        magic, version, header_size = _PREFIX.unpack_from(data)
+        if magic != _MAGIC or version != _VERSION:
+            raise ExecutableFormatError(
+                f"not a neuron executable of format {_VERSION} (magic {magic!r}, version {version})")
+        offset = _PREFIX.size
+        try:
+            header = json.loads(data[offset:offset + header_size])
+        except ValueError as error:
+            raise ExecutableFormatError(f"neuron executable header is unreadable: {error}") from None
+        offset += header_size
+        sizes = [header["program"]] + [size for _, size in header["kernels"]]
+        if offset + sum(sizes) != len(data):
+            raise ExecutableFormatError(
+                f"neuron executable is {len(data)} bytes, its header describes {offset + sum(sizes)}")
+        program = data[offset:offset + header["program"]]
+        offset += header["program"]
+        kernels = {}
+        for name, size in header["kernels"]:
+            kernels[name] = data[offset:offset + size]
+            offset += size
+        return cls(program=program, kernels=kernels, torch_version=header["torch"])
+
+    def load(self) -> Callable[..., Any]:
+        """The executable as a callable taking the graph's flat inputs."""
+        if self.torch_version != torch.__version__:
+            raise ExecutableFormatError(
+                f"this neuron executable was compiled by torch {self.torch_version}, but torch "
+                f"{torch.__version__} is running; recompile it (clear the compile cache)")
+        _install_kernels(self.kernels)
+        from torch._inductor.standalone_compile import AOTCompiledArtifact
+
+        return AOTCompiledArtifact.deserialize(self.program)
+
+
+def _install_kernels(kernels: dict[str, bytes]) -> None:
+    """Places kernel binaries in Inductor's cache directory, where it looks before compiling."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    root = cache_dir()
+    for name, binary in kernels.items():
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(binary)
+            os.chmod(temporary, 0o755)
+            os.replace(temporary, path)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+            raise
