@@ -115,3 +115,14 @@ def demo(session: nox.Session) -> None:
     """The main demo on the emulated device."""
     env = _sync(session)
     session.run("uv", "run", "--no-sync", "python", "examples/demo.py", *session.posargs, external=True, env=env)
+
+
+@nox.session
+def hf_coverage(session: nox.Session) -> None:
+    """Every causal-LM architecture of transformers on neuron vs the CPU: docs/architecture_coverage.md.
+
+    Extra arguments go to ``python -m neuron_hf.coverage`` (model types, ``--compiled``, ``--jobs``).
+    """
+    env = _sync(session)
+    args = session.posargs or ["--jobs", "2"]
+    session.run("uv", "run", "--no-sync", "python", "-m", "neuron_hf.coverage", *args, external=True, env=env)
