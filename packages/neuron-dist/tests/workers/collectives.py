@@ -361,5 +361,37 @@ def cpu_tensors_also_work() -> None:
     assert torch.equal(tensor, _reference(R.SUM, torch.float32))
 
 
+@cases.case
+def hsdp_on_2x2_mesh_matches_single_device() -> float | None:
+    """FSDP2 hybrid sharding (replicate x shard) with bf16 params; 4 ranks only."""
+    if WORLD != 4:
+        return None
+    import copy
+
+    import torch.nn as nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("replicate", "shard"))
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).to(DEVICE)
+    model = copy.deepcopy(reference)
+    fully_shard(model, mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+    batch = torch.randn(4 * WORLD, 8, generator=torch.Generator().manual_seed(1)).to(DEVICE)
+    model(batch[RANK::WORLD].to(torch.bfloat16)).float().pow(2).mean().backward()
+    low = copy.deepcopy(reference).to(torch.bfloat16)
+    grads: dict[str, torch.Tensor] = {}
+    for r in range(WORLD):
+        low.zero_grad()
+        low(batch[r::WORLD].to(torch.bfloat16)).float().pow(2).mean().backward()
+        for name, param in low.named_parameters():
+            grads[name] = grads.get(name, 0) + param.grad.float() / WORLD
+    for name, param in model.named_parameters():
+        assert param.device_mesh.ndim == 2, param.device_mesh
+        got, want = param.grad.full_tensor().float().cpu(), grads[name].cpu()
+        if not torch.allclose(got, want, atol=1e-3, rtol=1e-2):
+            raise AssertionError(f"HSDP grad {name}: max abs diff {(got - want).abs().max().item()}")
+    return float(sum(g.abs().sum() for g in grads.values()))
+
+
 cases.run()
 dist.destroy_process_group()
