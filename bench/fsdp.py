@@ -68,7 +68,7 @@ def _loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def _train(model: nn.Module, batches: list[torch.Tensor], reduce_loss: bool) -> tuple[list[float], dict, list[float]]:
-    optim = torch.optim.SGD(model.parameters(), lr=0.1)
+    optim = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)  # TP mixes DTensor and plain params
     losses, times, grads = [], [], {}
     for step, tokens in enumerate(batches):
         start = time.perf_counter()
