@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -34,7 +35,16 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from neuron_compile._codegen import lowering_for_neuron
 from neuron_compile.executable import NeuronExecutable
 
-__all__ = ["lower_graph"]
+__all__ = ["LoweredGraph", "lower_graph"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweredGraph:
+    """A compiled graph: callable now, and serialisable unless ``not_serialisable`` says why."""
+
+    run: Callable[..., Any]
+    executable: NeuronExecutable | None
+    not_serialisable: str = ""
 
 
 class _NeuronLoweringMarker(CustomGraphPass):
@@ -132,8 +142,24 @@ def _kernel_binaries(source_paths: Sequence[str]) -> dict[str, bytes]:
     return binaries
 
 
-def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> NeuronExecutable:
-    """Compiles ``gm`` for exactly the shapes of ``example_inputs`` into a neuron executable."""
+def _serialisability_problem(gm: torch.fx.GraphModule) -> str:
+    from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, check_cacheable
+
+    try:
+        check_cacheable(gm)
+    except BypassAOTAutogradCache as reason:
+        return str(reason).strip().splitlines()[0]
+    except Exception as error:  # the check itself is best effort
+        return f"{type(error).__name__}: {error}"
+    return "Inductor produced no serialisable artifact"
+
+
+def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
+    """Compiles ``gm`` for exactly the shapes of ``example_inputs`` into a neuron executable.
+
+    A graph AOTAutograd cannot serialise (a rare construct, such as an opaque Python callable)
+    still compiles and runs; it is simply not written to the persistent cache.
+    """
     lowered = _graph_for_cpu_lowering(gm)
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     inputs = _fake_cpu_inputs(example_inputs, fake_mode)
@@ -141,6 +167,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Neur
     with _recording_kernel_sources() as sources, _autocast_as_on_device(), lowering_for_neuron():
         artifact = torch._inductor.standalone_compile(
             lowered, inputs, dynamic_shapes="from_example_inputs", options=options, aot=True,
-            donate_graph_module=True, fake_mode=fake_mode,
+            fake_mode=fake_mode,
         )
-    return NeuronExecutable(program=artifact.serialize(), kernels=_kernel_binaries(sources))
+    try:
+        program = artifact.serialize()
+    except (TypeError, AttributeError, RuntimeError):
+        return LoweredGraph(artifact, None, _serialisability_problem(lowered))
+    executable = NeuronExecutable(program=program, kernels=_kernel_binaries(sources))
+    return LoweredGraph(artifact, executable)

@@ -5,8 +5,10 @@ Static shapes, as on Trainium: every distinct input signature (sizes, strides, d
 graph with its own executable, counted in :mod:`neuron_compile.metrics`. A graph Dynamo hands
 over with symbolic sizes, because of ``dynamic=True`` or Dynamo's automatic dynamic shapes, is
 not compiled symbolically: it is compiled once per concrete signature it is called with (the
-documented coercion of ``dynamic=True``, announced by one warning). Dynamo's recompile limit is
-raised to 64 so that a bucket policy's graphs (16 with the default) all fit.
+documented coercion of ``dynamic=True``, announced by one warning). Loading the backend turns
+Dynamo's automatic dynamic shapes off for the process (``dynamic=None`` then behaves like
+``dynamic=False``) and raises its recompile limit to 64, so that a bucket policy's graphs (16
+with the default) all fit.
 
 Executables come from, in order: this process's memory, the persistent compile cache
 (:mod:`neuron_compile.cache`), or the compiler (:mod:`neuron_compile._lowering`). A graph the
@@ -17,6 +19,7 @@ compiler cannot handle raises :class:`NeuronCompileError` naming the operator, u
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 import warnings
@@ -39,6 +42,10 @@ __version__ = "0.1.0"
 _MIN_RECOMPILE_LIMIT = 64
 if torch._dynamo.config.recompile_limit < _MIN_RECOMPILE_LIMIT:
     torch._dynamo.config.recompile_limit = _MIN_RECOMPILE_LIMIT
+# Static shapes: a new input shape is a recompile for that shape, never a symbolic graph that
+# would then be compiled again for shapes it had already seen. This is process-wide (Dynamo
+# has no per-backend setting), as torch.compile(..., dynamic=False) would be for every call.
+torch._dynamo.config.automatic_dynamic_shapes = False
 
 
 class NeuronCompileError(RuntimeError):
@@ -46,7 +53,7 @@ class NeuronCompileError(RuntimeError):
 
 
 _memory_lock = threading.Lock()
-_loaded: dict[str, Callable[..., Any]] = {}
+_loaded: dict[str, tuple[Callable[..., Any], int]] = {}  # key -> (executable, kernel count)
 _warned_dynamic = False
 
 
@@ -82,10 +89,23 @@ def _input_spec(value: Any) -> Any:
     return type(value).__qualname__
 
 
-def _signature_text(specs: Sequence[Any]) -> str:
-    shapes = [spec[0] for spec in specs if isinstance(spec, list)]
-    return " ".join("x".join(map(str, shape)) or "scalar" for shape in shapes[-4:]) + (
-        f" (+{len(shapes) - 4} more)" if len(shapes) > 4 else "")
+def _is_module_state(placeholder: str) -> bool:
+    return placeholder.startswith(("l_self_", "L_self_"))
+
+
+def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
+    """``input_ids=4x128 labels=4x128 (+22 parameters)``: the inputs a reader recognises."""
+    from neuron_compile._diagnostics import readable_input_name
+
+    shown, state = [], 0
+    for name, spec in zip(placeholders, specs):
+        if not isinstance(spec, list):
+            continue
+        if _is_module_state(name):
+            state += 1
+        else:
+            shown.append(f"{readable_input_name(name)}={'x'.join(map(str, spec[0])) or 'scalar'}")
+    return " ".join(shown) + (f" (+{state} parameters/buffers)" if state else "")
 
 
 def _graph_text(gm: torch.fx.GraphModule) -> str:
@@ -124,14 +144,18 @@ def _cache_key(gm: torch.fx.GraphModule, specs: list[Any], options: CompileOptio
 
 
 def _failing_operator(error: BaseException) -> str | None:
+    """The operator Inductor names in a lowering failure (``target: aten.foo.default``)."""
     seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
         seen.add(id(current))
-        target = getattr(current, "target", None)
-        if target is not None:
-            return str(target)
-        current = current.__cause__ or current.__context__
+        found = re.search(r"target: (\S+)", str(current))
+        if found:
+            return found.group(1)
+        pending += [current.__cause__, current.__context__, getattr(current, "inner_exception", None)]
     return None
 
 
@@ -151,6 +175,25 @@ def _on_core(executable: Callable[..., Any], index: int) -> Callable[..., Any]:
             set_device(previous)
 
     return run
+
+
+def _with_kernel_count(executable: Callable[..., Any], kernels: int) -> Callable[..., Any]:
+    run = lambda *args: executable(*args)  # noqa: E731
+    run._neuron_kernels = kernels  # type: ignore[attr-defined]
+    return run
+
+
+def _loaded_executable(executable: NeuronExecutable) -> Callable[..., Any]:
+    return _with_kernel_count(executable.load(), len(executable.kernels))
+
+
+def _forget_compiled() -> None:
+    """Drops this process's in-memory executables (tests; ``torch._dynamo.reset`` keeps them)."""
+    global _warned_dynamic
+    with _memory_lock:
+        _loaded.clear()
+    _warned_dynamic = False
+    _diagnostics._reset()
 
 
 def _device_index(example_inputs: Sequence[Any]) -> int:
@@ -178,7 +221,7 @@ class _NeuronGraph:
             executable = _on_core(self._obtain(key, inputs, specs), _device_index(inputs))
             self.executables[key] = executable
             shapes = {name: tuple(spec[0]) for name, spec in zip(self.placeholders, specs)
-                      if isinstance(spec, list) and not name.startswith(("l_self_", "L_self_"))}
+                      if isinstance(spec, list) and not _is_module_state(name)}
             _diagnostics.note_graph(self.function, shapes, self.options.graph_warning_threshold)
         return executable
 
@@ -186,12 +229,12 @@ class _NeuronGraph:
         return self.executable_for(args)(*args)
 
     def _obtain(self, key: str, inputs: Sequence[Any], specs: list[Any]) -> Callable[..., Any]:
-        signature = _signature_text(specs)
+        signature = _signature_text(self.placeholders, specs)
         with _memory_lock:
-            loaded = _loaded.get(key)
-        if loaded is not None:
-            metrics._record(metrics.GraphRecord(self.name, signature, "memory", 0.0, key))
-            return loaded
+            known = _loaded.get(key)
+        if known is not None:
+            metrics._record(metrics.GraphRecord(self.name, signature, "memory", 0.0, key, kernels=known[1]))
+            return known[0]
         from neuron_compile.cache import default_cache
 
         cache = default_cache() if self.options.cache else None
@@ -209,9 +252,10 @@ class _NeuronGraph:
             loaded, source = self._compile(inputs, None, key, signature)
         seconds = time.perf_counter() - start
         reason = getattr(loaded, "_neuron_fallback_reason", "")
-        metrics._record(metrics.GraphRecord(self.name, signature, source, seconds, key, reason))
+        kernels = getattr(loaded, "_neuron_kernels", 0)
+        metrics._record(metrics.GraphRecord(self.name, signature, source, seconds, key, reason, kernels))
         with _memory_lock:
-            _loaded[key] = loaded
+            _loaded[key] = (loaded, kernels)
         return loaded
 
     def _load_cached(self, cache: Any, key: str) -> Callable[..., Any] | None:
@@ -219,7 +263,7 @@ class _NeuronGraph:
         if payload is None:
             return None
         try:
-            return NeuronExecutable.from_bytes(payload).load()
+            return _loaded_executable(NeuronExecutable.from_bytes(payload))
         except ExecutableFormatError as error:
             warnings.warn(f"neuron compile cache entry {key} cannot be loaded ({error}); recompiling",
                           stacklevel=3)
@@ -228,16 +272,18 @@ class _NeuronGraph:
 
     def _compile(self, inputs: Sequence[Any], cache: Any, key: str,
                  signature: str) -> tuple[Callable[..., Any], str]:
+        """Compiles (and persists) the executable; returns it with its source for the metrics."""
         from neuron_compile._lowering import lower_graph
 
         start = time.perf_counter()
         try:
-            executable = lower_graph(self.gm, inputs)
+            lowered = lower_graph(self.gm, inputs)
         except Exception as error:
             operator = _failing_operator(error)
             where = f" at operator {operator}" if operator else ""
+            first_line = (str(error).strip().splitlines() or [""])[0]
             message = (f"the neuron compiler could not compile graph '{self.name}' ({signature}){where}: "
-                       f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}")
+                       f"{type(error).__name__}: {first_line}")
             if not self.options.fallback_to_eager:
                 raise NeuronCompileError(
                     message + ". Pass options={'fallback_to_eager': True} to torch.compile (or set "
@@ -247,12 +293,17 @@ class _NeuronGraph:
             run = lambda *args: eager(*args)  # noqa: E731
             run._neuron_fallback_reason = f"{operator or type(error).__name__}"  # type: ignore[attr-defined]
             return run, "eager"
+        if lowered.executable is None:
+            run = lowered.run
+            wrapped = lambda *args: run(*args)  # noqa: E731
+            wrapped._neuron_fallback_reason = f"not persisted: {lowered.not_serialisable}"  # type: ignore[attr-defined]
+            return wrapped, "compiled"
         if cache is not None:
-            cache.put(key, executable.to_bytes(), {
+            cache.put(key, lowered.executable.to_bytes(), {
                 "graph": self.name, "inputs": signature, "torch": torch.__version__,
                 "compile_seconds": round(time.perf_counter() - start, 3),
             })
-        return executable.load(), "compiled"
+        return _with_kernel_count(lowered.run, len(lowered.executable.kernels)), "compiled"
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *,

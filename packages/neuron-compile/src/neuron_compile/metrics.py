@@ -28,6 +28,7 @@ class GraphRecord:
     seconds: float  # compile time, or load time for cache hits
     key: str = ""
     reason: str = ""  # why the graph fell back to eager
+    kernels: int = 0  # C++ kernels in the executable (fused loops); 0 for eager fallbacks
 
 
 _lock = threading.Lock()
@@ -104,11 +105,11 @@ def report() -> str:
         lines.append(f"  persistent cache: unavailable ({error})")
     records = graphs()
     if records:
-        lines.append("  graphs (name, input signature, source, seconds):")
+        lines.append("  graphs (name, inputs, source, compile or load time, fused kernels):")
         for record in records:
             extra = f"  ({record.reason})" if record.reason else ""
             lines.append(f"    {record.name}  {record.signature}  {record.source}  "
-                         f"{record.seconds:.3f}{extra}")
+                         f"{record.seconds:.3f} s  {record.kernels} kernels{extra}")
     breaks = _graph_breaks()
     lines.append(f"  graph breaks: {sum(breaks.values())}")
     lines += [f"    {count} x {reason}" for reason, count in breaks.items()]

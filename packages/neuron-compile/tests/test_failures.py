@@ -1,0 +1,83 @@
+"""Bad options and graphs the compiler cannot handle: clear errors, or eager by request."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neuron_compile import NeuronCompileError, metrics
+
+_lib = torch.library.Library("neuron_compile_test", "DEF")
+_lib.define("unlowerable(Tensor x) -> Tensor")
+
+
+@torch.library.impl(_lib, "unlowerable", "CompositeExplicitAutograd")
+def _unlowerable(x):
+    return x * 2
+
+
+@torch.library.register_fake("neuron_compile_test::unlowerable")
+def _unlowerable_fake(x):
+    return torch.empty_like(x)
+
+
+def _install_failing_lowering():
+    from torch._inductor.lowering import register_lowering
+
+    @register_lowering(torch.ops.neuron_compile_test.unlowerable.default)
+    def _fails(x):
+        raise NotImplementedError("no neuron lowering for this operator")
+
+
+_install_failing_lowering()
+
+
+def _uses_unlowerable(x):
+    return torch.ops.neuron_compile_test.unlowerable(x + 1) - 1
+
+
+def test_uncompilable_graph_raises_naming_the_operator(fresh_compiler):
+    compiled = torch.compile(_uses_unlowerable, backend="neuron")
+    with pytest.raises(Exception) as info, torch.no_grad():
+        compiled(torch.ones(4, device="neuron"))
+    message = str(info.value)  # Dynamo wraps backend errors; the message is ours
+    assert "NeuronCompileError" in message or isinstance(info.value, NeuronCompileError)
+    assert "at operator neuron_compile_test.unlowerable" in message
+    assert "fallback_to_eager" in message
+
+
+def test_fallback_to_eager_runs_the_graph_and_counts_it(fresh_compiler):
+    compiled = torch.compile(_uses_unlowerable, backend="neuron", options={"fallback_to_eager": True})
+    with pytest.warns(UserWarning, match="running this graph eagerly"), torch.no_grad():
+        out = compiled(torch.ones(4, device="neuron"))
+    torch.testing.assert_close(out.cpu(), torch.full((4,), 3.0))
+    assert metrics.counters()["eager_fallbacks"] == 1
+    [record] = metrics.graphs()
+    assert record.source == "eager" and "unlowerable" in record.reason
+    assert "eager fallbacks: 1" in metrics.report()
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"not_an_option": 1}, "unsupported option 'not_an_option'"),
+    ({"fallback_to_eager": "yes"}, "must be bool"),
+    ({"graph_warning_threshold": 0}, "at least 1"),
+])
+def test_unsupported_options_are_named(fresh_compiler, options, match):
+    compiled = torch.compile(lambda x: x + 1, backend="neuron", options=options)
+    with pytest.raises(Exception, match=match):
+        compiled(torch.ones(2, device="neuron"))
+
+
+def test_cuda_only_modes_are_refused(fresh_compiler):
+    compiled = torch.compile(lambda x: x + 1, backend="neuron", mode="reduce-overhead")
+    with pytest.raises(Exception, match="mode='reduce-overhead'"):
+        compiled(torch.ones(2, device="neuron"))
+
+
+def test_fallback_from_environment(fresh_compiler, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_FALLBACK_TO_EAGER", "1")
+    with pytest.warns(UserWarning, match="eagerly"), torch.no_grad():
+        torch.compile(_uses_unlowerable, backend="neuron")(torch.ones(2, device="neuron"))
+    monkeypatch.setenv("TORCH_NEURONX_FALLBACK_TO_EAGER", "maybe")
+    with pytest.raises(Exception, match="TORCH_NEURONX_FALLBACK_TO_EAGER"):
+        torch.compile(lambda x: x - 1, backend="neuron")(torch.ones(2, device="neuron"))

@@ -1,0 +1,128 @@
+"""Executables persist: a fresh process loads them from the compile cache without compiling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import run_python
+from neuron_compile import metrics
+from neuron_compile.executable import ExecutableFormatError, NeuronExecutable
+
+_SCRIPT = """
+    import torch, torch.nn as nn, warnings
+    from neuron_compile import metrics
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4)).to("neuron")
+    x = torch.arange(64, dtype=torch.float32).reshape(4, 16).to("neuron") / 64
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss = torch.compile(model, backend="neuron")(x).square().sum()
+        loss.backward()
+    print("SOURCE", [r.source for r in metrics.graphs()])
+    print("LOSS", repr(loss.item()))
+    print("GRAD", repr(model[0].weight.grad.sum().item()))
+    print("WARNINGS", [str(w.message).replace(chr(10), " ") for w in caught if "cache" in str(w.message)])
+"""
+
+
+def _run(env):
+    result = run_python(_SCRIPT, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    return lines
+
+
+def test_fresh_process_loads_from_disk_without_the_cpp_compiler(tmp_path):
+    neff = str(tmp_path / "neff")
+    cold = _run({"TORCH_NEURONX_NEFF_CACHE_DIR": neff, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "i1")})
+    assert cold["SOURCE"] == "['compiled']"
+    # A new Inductor cache directory: the kernels must come from the executable itself.
+    warm = _run({"TORCH_NEURONX_NEFF_CACHE_DIR": neff, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "i2")})
+    assert warm["SOURCE"] == "['disk']"
+    assert (warm["LOSS"], warm["GRAD"]) == (cold["LOSS"], cold["GRAD"])
+    assert not list((tmp_path / "i2").rglob("*.o")), "a kernel was compiled on a cache hit"
+
+
+def test_corrupt_entry_is_reported_and_recompiled(tmp_path):
+    neff = tmp_path / "neff"
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(neff)}
+    first = _run(env)
+    [entry] = list(neff.glob("*.neff"))
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    second = _run(env)
+    assert second["SOURCE"] == "['compiled']"
+    assert "corrupt" in second["WARNINGS"].lower() or "checksum" in second["WARNINGS"].lower()
+    assert second["LOSS"] == first["LOSS"]
+    third = _run(env)
+    assert third["SOURCE"] == "['disk']"
+
+
+def test_disabled_cache_compiles_every_process(tmp_path):
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff"), "TORCH_NEURONX_NEFF_DISABLE_CACHE": "1"}
+    assert _run(env)["SOURCE"] == "['compiled']"
+    assert _run(env)["SOURCE"] == "['compiled']"
+    assert not list((tmp_path / "neff").glob("*.neff"))
+
+
+def _dynamo_graph(fn, *inputs):
+    captured = []
+
+    def capture(gm, example_inputs):
+        captured.append(gm)
+        return gm.forward
+
+    torch.compile(fn, backend=capture)(*inputs)
+    return captured[0]
+
+
+def test_executable_round_trips_and_rejects_damage(fresh_compiler):
+    from neuron_compile._lowering import lower_graph
+
+    a = torch.randn(4, 4, device="neuron")
+    gm = _dynamo_graph(lambda a: (a + 1).relu() * 2, a)
+    executable = lower_graph(gm, [a]).executable
+    assert executable is not None and executable.kernels, "the executable bundles its kernels"
+    again = NeuronExecutable.from_bytes(executable.to_bytes())
+    assert again == executable
+    with torch.no_grad():
+        [out] = again.load()(a)
+    torch.testing.assert_close(out.cpu(), (a.cpu() + 1).relu() * 2)
+    with pytest.raises(ExecutableFormatError, match="truncated|describes"):
+        NeuronExecutable.from_bytes(executable.to_bytes()[:-10])
+    with pytest.raises(ExecutableFormatError, match="not a neuron executable"):
+        NeuronExecutable.from_bytes(b"x" * 64)
+
+
+def test_graph_that_cannot_be_serialised_still_runs(fresh_compiler):
+    from neuron_compile._lowering import lower_graph
+
+    gm = torch.fx.symbolic_trace(lambda a: (a + 1).relu() * 2)  # no tensor metadata: not cacheable
+    a = torch.randn(4, 4, device="neuron")
+    lowered = lower_graph(gm, [a])
+    assert lowered.executable is None and "call_method" in lowered.not_serialisable
+    with torch.no_grad():
+        out = lowered.run(a)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    torch.testing.assert_close(out.cpu(), (a.cpu() + 1).relu() * 2)
+
+
+def test_concurrent_processes_compiling_one_graph_both_succeed(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_")}
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(tmp_path / "neff")
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SCRIPT)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    sources = sorted(line for out, _ in outputs for line in out.splitlines() if line.startswith("SOURCE"))
+    assert sources in (["SOURCE ['compiled']", "SOURCE ['disk']"], ["SOURCE ['compiled']", "SOURCE ['compiled']"])
+    assert len(list((tmp_path / "neff").glob("*.neff"))) == 1
+    losses = {line for out, _ in outputs for line in out.splitlines() if line.startswith("LOSS")}
+    assert len(losses) == 1
