@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from neuron_compile import metrics
 from neuron_compile.backend import NeuronCompileError, neuron_backend
+from neuron_compile.buckets import BucketPolicy, ExplicitBuckets, MultipleOfBuckets, PowerOfTwoBuckets
+from neuron_compile.causal_lm import BucketedCausalLM
 from neuron_compile.options import CompileOptions
+from neuron_compile.padding import BucketCollator, PaddedBatch, pad_batch
 
-__all__ = ["CompileOptions", "NeuronCompileError", "metrics", "neuron_backend", "__version__"]
+__all__ = [
+    "BucketCollator", "BucketPolicy", "BucketedCausalLM", "CompileOptions", "ExplicitBuckets",
+    "MultipleOfBuckets", "NeuronCompileError", "PaddedBatch", "PowerOfTwoBuckets", "metrics",
+    "neuron_backend", "pad_batch", "__version__",
+]
 __version__ = "0.1.0"

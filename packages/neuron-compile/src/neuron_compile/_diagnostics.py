@@ -61,8 +61,8 @@ def note_graph(function: str, shapes: dict[str, tuple[int, ...]], threshold: int
         detail = (f"input '{readable_input_name(name)}' dimension {dim} took {len(sizes)} different "
                   f"sizes ({shown})")
         advice = ("pad that dimension to a bucket to bound the number of graphs, e.g. "
-                  "neuron_compile.BucketPolicy.multiple_of(128, max_length=2048) with "
-                  "neuron_compile.pad_batch or neuron_compile.BucketedCausalLM (at most 16 graphs)")
+                  "neuron_compile.MultipleOfBuckets(128, max_length=2048) with "
+                  "neuron_compile.pad_batch, BucketCollator or BucketedCausalLM (at most 16 graphs)")
     warnings.warn(
         f"torch.compile(backend='neuron'): '{function}' has compiled {len(signatures)} graphs, one per "
         f"input shape (threshold {threshold}); {detail}. To avoid compiling a graph per length, "
