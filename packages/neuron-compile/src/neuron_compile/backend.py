@@ -239,10 +239,7 @@ class _NeuronGraph:
 
         cache = default_cache() if self.options.cache else None
         start = time.perf_counter()
-        loaded = self._load_cached(cache, key) if cache is not None else None
-        if loaded is not None:
-            source = "disk"
-        elif cache is not None:
+        if cache is not None:
             with cache.lock(key):  # another process compiling this graph finishes first
                 loaded = self._load_cached(cache, key)
                 source = "disk"
