@@ -48,3 +48,25 @@ def test_cli_info():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "trn2" in out.stdout and "neuron:3" in out.stdout
+
+
+def test_metrics_report_covers_eager_compile_cache_and_memory(tmp_path, monkeypatch):
+    import torch
+
+    import torch_neuronx
+    from neuron_compile.cache import default_cache
+
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
+    default_cache.cache_clear()
+    x = torch.randn(64, 64, device="neuron")
+    with torch.no_grad():
+        torch.compile(lambda a: (a @ a).relu(), backend="neuron")(x)
+    figures = torch_neuronx.metrics.counters()
+    assert figures["compile"]["compilations"] >= 1
+    assert figures["memory"][0]["allocated"] >= 64 * 64 * 4
+    assert figures["memory"][0]["capacity"] > 0
+    text = torch_neuronx.metrics.report()
+    for needle in ("eager: ops that needed a copy", "neuron compiler", "persistent cache", str(tmp_path),
+                   "memory per core", "neuron:0"):
+        assert needle in text, needle
+    default_cache.cache_clear()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import neuron_runtime
 from neuron_runtime import get_fallback_ops, get_float64_ops, reset_op_counts
 from neuron_runtime._ops import get_executed_ops
+from torch_neuronx import metrics
 
-__all__ = ["get_executed_ops", "get_fallback_ops", "get_float64_ops", "reset_op_counts", "__version__"]
+__all__ = ["get_executed_ops", "get_fallback_ops", "get_float64_ops", "metrics", "reset_op_counts", "__version__"]
 __version__ = "0.1.0"
 del neuron_runtime
