@@ -1,0 +1,45 @@
+"""A representative subset of the architecture coverage run (``python -m neuron_hf.coverage``).
+
+Dense attention (llama, gpt2, mistral, qwen2, gemma, phi, bloom, opt), mixture of experts
+(mixtral), and state-space/convolution (mamba) plus falcon: each built tiny from its default
+config with the same weights on both devices, then forward, backward and static-cache greedy
+generate on neuron compared with the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+
+from neuron_hf.coverage import render_markdown, run_architecture, tiny_config
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+_SUBSET = ["llama", "gpt2", "mistral", "mixtral", "qwen2", "gemma", "phi", "falcon", "mamba", "bloom", "opt"]
+
+
+@pytest.mark.parametrize("arch", _SUBSET)
+def test_architecture_matches_cpu(arch):
+    result = run_architecture(arch)
+    assert result.cpu == "ok", result.detail
+    assert result.params < 2_000_000, "the config was not shrunk"
+    assert result.neuron == "ok", result.neuron_detail
+
+
+def test_tiny_config_shrinks_the_size_fields():
+    config = tiny_config("mixtral")
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (64, 2, 4)
+    assert (config.num_key_value_heads, config.vocab_size, config.num_local_experts) == (2, 256, 4)
+    assert tiny_config("gpt2").n_embd == 64
+
+
+def test_report_counts_only_architectures_working_on_the_cpu():
+    from neuron_hf.coverage import ArchResult
+
+    results = [ArchResult("a", cpu="ok", neuron="ok"), ArchResult("b", cpu="ok", neuron="mismatch"),
+               ArchResult("c", cpu="fail", detail="config does not build")]
+    text = render_markdown(results, "python -m neuron_hf.coverage a b c", compiled=False)
+    assert "neuron eager: **1/2**" in text and "| c |" in text and "config does not build" in text
