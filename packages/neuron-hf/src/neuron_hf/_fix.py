@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import Version
-
 __all__ = ["Fix", "replace_function", "original_of"]
 
 logger = logging.getLogger("neuron_hf")
@@ -41,6 +38,9 @@ class Fix:
 
     def version_matches(self) -> bool:
         """Whether the installed distribution is one this fix was verified against."""
+        from packaging.specifiers import SpecifierSet  # lazy: keeps `import torch` cheap
+        from packaging.version import Version
+
         try:
             installed = importlib.metadata.version(self.distribution)
         except importlib.metadata.PackageNotFoundError:
