@@ -131,6 +131,44 @@ def test_get_max_memory_lists_every_core():
         get_max_memory({"neuron:1": 10})
 
 
+# -- accelerate: dispatch_model on one core ------------------------------------------------------
+
+
+def _two_linears() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
+
+
+def test_canary_upstream_dispatch_model_leaves_a_single_core_model_on_the_cpu():
+    from accelerate import dispatch_model
+
+    model = _two_linears()
+    original_of(dispatch_model)(model, {"": 1})
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+def test_dispatch_model_moves_a_single_core_model(tmp_path):
+    import accelerate
+    from accelerate import dispatch_model, load_checkpoint_and_dispatch
+    from accelerate.big_modeling import dispatch_model as in_big_modeling
+
+    assert dispatch_model is in_big_modeling is accelerate.dispatch_model
+    model = _two_linears()
+    dispatch_model(model, {"": 1})
+    assert {p.device for p in model.parameters()} == {torch.device("neuron", 1)}
+
+    # End to end: a model that fits one core gets {"": 0} from "sequential" and must land there.
+    reference = _two_linears()
+    torch.save(reference.state_dict(), tmp_path / "weights.bin")
+    with accelerate.init_empty_weights():
+        empty = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4))
+    loaded = load_checkpoint_and_dispatch(empty, str(tmp_path / "weights.bin"), device_map="sequential")
+    assert set(loaded.hf_device_map.values()) == {0}
+    assert {p.device for p in loaded.parameters()} == {torch.device("neuron", 0)}
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(loaded(x.to("neuron")).cpu(), reference(x))
+
+
 # -- accelerate: fp16 --------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""accelerate 1.15 on neuron: per-core memory for device maps, and a clear fp16 refusal."""
+"""accelerate 1.15 on neuron: per-core memory for device maps, single-core dispatch, a clear fp16 refusal."""
 
 from __future__ import annotations
 
@@ -57,6 +57,37 @@ def _patch_get_max_memory(module: ModuleType) -> None:
     replace_function(module, "get_max_memory", _make_get_max_memory, rebind=("accelerate", "transformers"))
 
 
+def _single_core(device_map: Any, force_hooks: bool) -> int | None:
+    """The core index of a map that sends everything to one integer device (no hooks), else None."""
+    if force_hooks or not isinstance(device_map, dict):
+        return None
+    devices = set(device_map.values())
+    if len(devices) != 1:
+        return None
+    (device,) = devices
+    return device if isinstance(device, int) and not isinstance(device, bool) else None
+
+
+def _make_dispatch_model(original: Callable[..., Any]) -> Callable[..., Any]:
+    def dispatch_model(model: Any, device_map: Any, *args: Any, force_hooks: bool = False, **kwargs: Any) -> Any:
+        result = original(model, device_map, *args, force_hooks=force_hooks, **kwargs)
+        core = _single_core(device_map, force_hooks) if on_neuron() else None
+        if core is not None and getattr(model, "quantization_method", None) is None:
+            model.to(f"neuron:{core}")
+        return result
+
+    return dispatch_model
+
+
+def _patch_dispatch_model(module: ModuleType) -> None:
+    # Upstream: for a map with a single integer device (e.g. {"": 0}, what "sequential"/"auto"
+    # give for a model that fits one core) dispatch_model turns the index into "neuron:0" and
+    # then never moves the model (`model.to` sits in the `else` of that if/elif chain): the model
+    # silently stays on the CPU while hf_device_map says core 0. Imported by name in accelerate,
+    # transformers.integrations and peft.
+    replace_function(module, "dispatch_model", _make_dispatch_model, rebind=("accelerate", "transformers", "peft"))
+
+
 def _make_accelerator_init(original: Callable[..., Any]) -> Callable[..., Any]:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
@@ -87,6 +118,14 @@ FIXES = [
         versions="~=1.15.0",
         corrects="get_max_memory has no neuron branch: device_map='auto' lands on the CPU",
         apply=_patch_get_max_memory,
+    ),
+    Fix(
+        name="accelerate.dispatch_model",
+        module="accelerate.big_modeling",
+        distribution="accelerate",
+        versions="~=1.15.0",
+        corrects="dispatch_model leaves the model on the CPU for a single-core integer map",
+        apply=_patch_dispatch_model,
     ),
     Fix(
         name="accelerate.fp16_message",
