@@ -583,7 +583,7 @@ def _start(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(path: Path, processes: list[subprocess.Popen], timeout: float = 60) -> None:
+def _wait_for(path: Path, processes: list[subprocess.Popen], timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         for process in processes:
@@ -594,7 +594,7 @@ def _wait_for(path: Path, processes: list[subprocess.Popen], timeout: float = 60
 
 
 def _finish(process: subprocess.Popen) -> str:
-    out, err = process.communicate(timeout=120)
+    out, err = process.communicate(timeout=400)
     assert process.returncode == 0, err
     return out
 

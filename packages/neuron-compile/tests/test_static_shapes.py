@@ -59,7 +59,7 @@ def test_many_shapes_warn_once_naming_the_changing_dimension(fresh_compiler):
     assert len(churn) == 1
     message = str(churn[0].message)
     assert "input 'x' dimension 1" in message
-    assert "BucketPolicy" in message
+    assert "MultipleOfBuckets" in message
     assert "4 graphs" in message
 
 

@@ -63,8 +63,9 @@ def note_graph(function: str, shapes: dict[str, tuple[int, ...]], threshold: int
         advice = ("pad that dimension to a bucket to bound the number of graphs, e.g. "
                   "neuron_compile.MultipleOfBuckets(128, max_length=2048) with "
                   "neuron_compile.pad_batch, BucketCollator or BucketedCausalLM (at most 16 graphs)")
+    display = function.split(":", 1)[0]
     warnings.warn(
-        f"torch.compile(backend='neuron'): '{function}' has compiled {len(signatures)} graphs, one per "
+        f"torch.compile(backend='neuron'): '{display}' has compiled {len(signatures)} graphs, one per "
         f"input shape (threshold {threshold}); {detail}. To avoid compiling a graph per length, "
         f"{advice}.", ShapeChurnWarning, stacklevel=2)
 
