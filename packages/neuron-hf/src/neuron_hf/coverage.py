@@ -50,7 +50,7 @@ _ATOL = 1e-5  # ... plus this absolute floor (fp32 accumulation-order noise)
 
 # Size fields and their aliases across configs, shrunk only where the default config has them.
 _SIZES: dict[str, int] = {
-    "vocab_size": 256,
+    "vocab_size": 256, "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16,
     "hidden_size": 64, "n_embd": 64, "d_model": 64, "n_embed": 64, "dim": 64, "embed_dim": 64, "emb_dim": 64,
     "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2, "n_layers": 2, "decoder_layers": 2, "encoder_layers": 2,
     "num_attention_heads": 4, "n_head": 4, "num_heads": 4, "n_heads": 4, "decoder_attention_heads": 4,
@@ -113,6 +113,14 @@ def _field_defaults(config_class: type) -> dict[str, Any]:
     return {n: (None if p.default is inspect.Parameter.empty else p.default) for n, p in params.items() if n != "self"}
 
 
+def _get(config: Any, name: str) -> Any:
+    """``getattr`` that treats properties refusing to answer (per-layer attributes) as unset."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def _shrunk_kwargs(config_class: type) -> dict[str, Any]:
     """Constructor overrides that make ``config_class()`` tiny (recursing into sub-configs)."""
     default = config_class()
@@ -126,15 +134,15 @@ def _shrunk_kwargs(config_class: type) -> dict[str, Any]:
             target = attribute_map.get(name) if aliases else name
             if target is None or target not in fields or target in out:
                 continue
-            current = getattr(default, target, None)
+            current = _get(default, target)
             if name in _SET_EVEN_IF_NONE and current is None and not aliases:
                 out[target] = value
             elif isinstance(current, int) and not isinstance(current, bool):
                 out[target] = min(value, current) if name == "first_k_dense_replace" else value
-    layers = next((getattr(default, k) for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-                   if isinstance(getattr(default, k, None), int)), None)
+    layers = next((_get(default, k) for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+                   if isinstance(_get(default, k), int)), None)
     for name in fields:
-        value = getattr(default, name, None)
+        value = _get(default, name)
         # Per-layer lists (given or computed from the layer count): keep the first entry and the
         # first entry of another kind, so both kinds of layer of a hybrid pattern survive.
         if isinstance(value, list | tuple) and layers and len(value) == layers and layers > 2 and name not in out:
@@ -144,14 +152,20 @@ def _shrunk_kwargs(config_class: type) -> dict[str, Any]:
             out[name] = _small_token_ids(value)
     if "kv_lora_rank" in out and "num_key_value_heads" in out:  # latent attention: one KV head per head
         out["num_key_value_heads"] = _SIZES["num_attention_heads"]
-    for key, sub_class in (getattr(config_class, "sub_configs", None) or {}).items():
-        if isinstance(sub_class, type) and key in fields:
-            try:
-                sub = _shrunk_kwargs(sub_class)
-            except Exception:  # noqa: BLE001 - a sub-config that cannot be built keeps its default
-                continue
-            if sub:
-                out[key] = sub
+    for key, declared in (getattr(config_class, "sub_configs", None) or {}).items():
+        if key not in fields:
+            continue
+        # The declared class can be AutoConfig: the default instance knows the concrete one.
+        sub_default = _get(default, key)
+        sub_class = type(sub_default) if hasattr(sub_default, "model_type") else declared
+        try:
+            sub = _shrunk_kwargs(sub_class)
+        except Exception as err:  # a full-size sub-model would only be slow: fail fast instead
+            raise ValueError(f"cannot shrink {key} ({sub_class.__name__}): {_short_error(err)}") from err
+        if sub and sub_class is not declared:
+            sub["model_type"] = sub_default.model_type
+        if sub:
+            out[key] = sub
     return out
 
 
