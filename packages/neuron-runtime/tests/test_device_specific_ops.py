@@ -83,3 +83,19 @@ def test_zero_tensor_gradients():
     assert y.grad.cpu().equal(torch.zeros(3))
     z = torch._efficientzerotensor(3, device="neuron")
     assert z._is_zerotensor() and (z + 1).cpu().equal(torch.ones(3))
+
+
+def test_sdpa_with_a_mask_that_requires_grad_matches_cpu():
+    """The kernel choice sees requires_grad: the CPU's flash kernel cannot differentiate a mask."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 4, 8)
+    mask = torch.randn(1, 2, 4, 4)
+    grads = {}
+    for device in ("cpu", "neuron"):
+        q_d = q.to(device).requires_grad_()
+        mask_d = mask.to(device).requires_grad_()
+        F.scaled_dot_product_attention(q_d, q_d, q_d, attn_mask=mask_d).sum().backward()
+        grads[device] = (q_d.grad.cpu(), mask_d.grad.cpu())
+    torch.testing.assert_close(grads["neuron"], grads["cpu"])

@@ -9,12 +9,20 @@
 namespace neuron {
 namespace {
 
+// The CPU's choice depends on which inputs require grad (its flash kernel cannot
+// differentiate the mask), so the host views carry the originals' requires_grad flag.
+at::Tensor choiceView(const at::Tensor& tensor) {
+  at::Tensor view = hostView(tensor);
+  if (tensor.requires_grad()) view.requires_grad_(true);
+  return view;
+}
+
 int64_t chooseSdpBackend(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
   std::optional<at::Tensor> mask;
-  if (attn_mask.has_value() && attn_mask->defined()) mask = hostView(*attn_mask);
-  return at::native::_fused_sdp_choice_cpp(hostView(query), hostView(key), hostView(value), mask,
+  if (attn_mask.has_value() && attn_mask->defined()) mask = choiceView(*attn_mask);
+  return at::native::_fused_sdp_choice_cpp(choiceView(query), choiceView(key), choiceView(value), mask,
                                            dropout_p, is_causal, scale, enable_gqa);
 }
 
