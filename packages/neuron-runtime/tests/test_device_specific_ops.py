@@ -94,8 +94,8 @@ def test_sdpa_with_a_mask_that_requires_grad_matches_cpu():
     mask = torch.randn(1, 2, 4, 4)
     grads = {}
     for device in ("cpu", "neuron"):
-        q_d = q.to(device).requires_grad_()
-        mask_d = mask.to(device).requires_grad_()
+        q_d = q.clone().to(device).requires_grad_()
+        mask_d = mask.clone().to(device).requires_grad_()
         F.scaled_dot_product_attention(q_d, q_d, q_d, attn_mask=mask_d).sum().backward()
         grads[device] = (q_d.grad.cpu(), mask_d.grad.cpu())
     torch.testing.assert_close(grads["neuron"], grads["cpu"])
