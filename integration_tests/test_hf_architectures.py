@@ -43,3 +43,18 @@ def test_report_counts_only_architectures_working_on_the_cpu():
                ArchResult("c", cpu="fail", detail="config does not build")]
     text = render_markdown(results, "python -m neuron_hf.coverage a b c", compiled=False)
     assert "neuron eager: **1/2**" in text and "| c |" in text and "config does not build" in text
+
+
+def test_comparison_flags_differences():
+    import torch
+
+    from neuron_hf.coverage import _compare
+
+    logits, grads, tokens = torch.randn(2, 8, 16), {"w": torch.randn(4, 4)}, [[1, 2, 3]]
+    assert _compare((logits, grads, tokens), (logits.clone(), {"w": grads["w"].clone()}, [[1, 2, 3]]))[0] == "ok"
+    bumped = logits.clone()
+    bumped[0, 0, 0] += 1e-2
+    assert _compare((logits, grads, tokens), (bumped, grads, tokens))[0] == "mismatch"
+    assert _compare((logits, grads, tokens), (logits, {"w": grads["w"] * 1.01}, tokens))[0] == "mismatch"
+    assert _compare((logits, grads, tokens), (logits, grads, [[1, 2, 4]]))[0] == "mismatch"
+    assert _compare((logits, grads, tokens), (logits, {}, tokens))[0] == "mismatch"

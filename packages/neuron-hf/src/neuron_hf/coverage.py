@@ -284,9 +284,8 @@ def _relative_error(a: Any, b: Any) -> float:
     return float((a - b).abs().max()) / allowed
 
 
-def _compare(cpu: tuple[Any, dict[str, Any], list[list[int]]], dev: tuple[Any, dict[str, Any], list[list[int]]]) -> tuple[str, str]:
-    import torch
-
+def _compare(cpu: tuple[Any, ...], dev: tuple[Any, ...]) -> tuple[str, str]:
+    """(status, detail) of a device run (logits, grads, tokens) against the CPU reference."""
     logits_cpu, grads_cpu, tokens_cpu = cpu
     logits_dev, grads_dev, tokens_dev = dev
     logits_err = _relative_error(logits_dev, logits_cpu)
@@ -297,7 +296,8 @@ def _compare(cpu: tuple[Any, dict[str, Any], list[list[int]]], dev: tuple[Any, d
         e = _relative_error(grads_dev[name], g)
         if e > grad_err:
             grad_err, worst = e, name
-    logits_abs = float((logits_dev.double() - logits_cpu.double()).abs().nan_to_num(0.0).max()) if logits_dev.shape == logits_cpu.shape else float("inf")
+    same_shape = logits_dev.shape == logits_cpu.shape
+    logits_abs = float((logits_dev.double() - logits_cpu.double()).abs().nan_to_num(0.0).max()) if same_shape else float("inf")
     detail = f"logits {logits_abs:.1e} abs ({logits_err:.2f} of tol), grads {grad_err:.2f} of tol"
     if logits_err > 1:
         return "mismatch", "logits differ: " + detail
@@ -305,7 +305,6 @@ def _compare(cpu: tuple[Any, dict[str, Any], list[list[int]]], dev: tuple[Any, d
         return "mismatch", f"gradient of {worst} differs: " + detail
     if tokens_dev != tokens_cpu:
         return "mismatch", f"generated tokens differ: cpu {tokens_cpu} vs neuron {tokens_dev}; " + detail
-    del torch
     return "ok", detail
 
 
@@ -412,8 +411,9 @@ class _WorkerProcess:
         if threads:
             env["NEURON_HF_COVERAGE_THREADS"] = str(threads)
         args = [sys.executable, "-m", "neuron_hf.coverage", "--worker"] + (["--compiled"] if compiled else [])
-        self.stderr_path = tempfile.mktemp(prefix="coverage-worker-", suffix=".log", dir=log_dir)
-        self._stderr = open(self.stderr_path, "w")  # noqa: SIM115 - closed in stop()
+        self._stderr = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            "w", prefix="coverage-worker-", suffix=".log", dir=log_dir, delete=False)
+        self.stderr_path = self._stderr.name
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      text=True, bufsize=1, env=env)
         self.lines: queue.Queue[str | None] = queue.Queue()
