@@ -112,9 +112,13 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """The main demo on the emulated device."""
+    """The main demo: TRL SFTTrainer on 2 emulated NeuronCores (tensor parallel), then static-cache generation.
+
+    Extra arguments go to ``examples/sft_demo.py`` (``--cores``, ``--tp``, ``--fsdp``, ``--steps``, ``--hidden``...);
+    the script launches torchrun itself. The earlier eager demo is ``python examples/demo.py``.
+    """
     env = _sync(session)
-    session.run("uv", "run", "--no-sync", "python", "examples/demo.py", *session.posargs, external=True, env=env)
+    session.run("uv", "run", "--no-sync", "python", "examples/sft_demo.py", *session.posargs, external=True, env=env)
 
 
 @nox.session
