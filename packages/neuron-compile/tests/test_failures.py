@@ -81,3 +81,13 @@ def test_fallback_from_environment(fresh_compiler, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_FALLBACK_TO_EAGER", "maybe")
     with pytest.raises(Exception, match="TORCH_NEURONX_FALLBACK_TO_EAGER"):
         torch.compile(lambda x: x - 1, backend="neuron")(torch.ones(2, device="neuron"))
+
+
+def test_tensor_subclass_inputs_are_refused_by_name(fresh_compiler):
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    a = torch.randn(3, device="neuron")
+    x = TwoTensor(a, a.clone())
+    compiled = torch.compile(lambda t: t * 2, backend="neuron")
+    with pytest.raises(Exception, match="TwoTensor: the neuron compiler does not lower tensor-subclass"):
+        compiled(x)

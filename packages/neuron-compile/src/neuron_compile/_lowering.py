@@ -88,7 +88,16 @@ def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return lowered
 
 
+class UnsupportedGraphInput(TypeError):
+    """A graph input the lowering cannot take (a tensor subclass such as DTensor)."""
+
+
 def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode) -> list[Any]:
+    for position, value in enumerate(example_inputs):
+        if isinstance(value, torch.Tensor) and type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise UnsupportedGraphInput(
+                f"graph input {position} is a {type(value).__name__}: the neuron compiler does not "
+                "lower tensor-subclass inputs (DTensor from tensor parallelism or FSDP2) yet")
     inputs: list[Any] = []
     with fake_mode:
         for value in example_inputs:
