@@ -25,6 +25,8 @@ CASES = [
     "mismatched_shapes_raise_on_every_rank",
     "mismatched_dtypes_raise_on_every_rank",
     "mismatched_collectives_raise",
+    "mismatch_between_inline_and_large_raises",
+    "inline_and_gloo_paths_agree_with_gloo",
     "wrong_device_names_backend_and_device",
     "cpu_tensors_also_work",
     "hsdp_on_2x2_mesh_matches_single_device",

@@ -4,6 +4,11 @@
 moves, so mismatched calls raise :class:`CollectiveMismatchError` on every rank. ``0`` skips the
 exchange (one small all-gather less per collective); mismatches then abort the process inside
 gloo, or mix data of equal-width dtypes, as plain gloo does.
+
+``NEURON_DIST_INLINE_BYTES`` (default ``8388608``, 8 MiB): with the check on, all_reduce,
+all_gather_into_tensor and reduce_scatter_tensor whose data fits travel inside the signature
+exchange (:mod:`neuron_dist._frames`), so they cost one all-gather instead of two collectives.
+The limit is on the bytes one exchange gathers (all ranks' frames together); ``0`` never inlines.
 """
 
 from __future__ import annotations
@@ -17,13 +22,17 @@ __all__ = ["DistConfig", "config"]
 @dataclass(frozen=True)
 class DistConfig:
     check_signatures: bool
+    inline_bytes: int
 
 
 def _load() -> DistConfig:
     value = os.environ.get("NEURON_DIST_CHECK_SIGNATURES", "1").strip()
     if value not in ("0", "1"):
         raise ValueError(f"NEURON_DIST_CHECK_SIGNATURES must be 0 or 1, got {value!r}")
-    return DistConfig(check_signatures=value == "1")
+    inline = os.environ.get("NEURON_DIST_INLINE_BYTES", str(8 << 20)).strip()
+    if not inline.isdigit():
+        raise ValueError(f"NEURON_DIST_INLINE_BYTES must be a number of bytes >= 0, got {inline!r}")
+    return DistConfig(check_signatures=value == "1", inline_bytes=int(inline))
 
 
 config = _load()

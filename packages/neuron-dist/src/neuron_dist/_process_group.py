@@ -7,7 +7,9 @@ the collectives this rank issued on it, from 1.
 Every collective runs on gloo's transport (one ``ProcessGroupGloo`` per group, on the group's
 store) over zero-copy CPU views of the neuron tensors, so gloo reads and writes device memory
 directly. Before data moves, the ranks exchange signatures (:mod:`neuron_dist._signature`) so a
-disagreement raises a clear error on every rank instead of aborting or corrupting; failures are
+disagreement raises a clear error on every rank instead of aborting or corrupting; small
+all_reduce, all_gather_into_tensor and reduce_scatter_tensor calls travel inside that exchange
+and finish locally (:mod:`neuron_dist._frames`), so they cost one all-gather; failures are
 diagnosed with the collective's name, sequence number and the ranks that did not arrive
 (:mod:`neuron_dist._arrivals`). CPU tensors are accepted too (passed to gloo as they are).
 """
@@ -26,8 +28,9 @@ from neuron_dist._arrivals import ArrivalBoard
 from neuron_dist._config import config
 from neuron_dist._errors import CollectivePeerError, CollectiveTimeoutError, UnsupportedDeviceError
 from neuron_dist._host import host_view, host_view_lists, host_views
-from neuron_dist._reductions import plan_reduction, reduce_op_type
-from neuron_dist._signature import Signature, check_signatures, encode, signature_width
+from neuron_dist._frames import FrameExchange
+from neuron_dist._reductions import Reduction, plan_reduction, reduce_op_type
+from neuron_dist._signature import Signature
 from neuron_dist._work import NeuronWork
 
 __all__ = ["ProcessGroupNeuron", "BACKEND_NAME"]
@@ -35,6 +38,10 @@ __all__ = ["ProcessGroupNeuron", "BACKEND_NAME"]
 BACKEND_NAME = "neuron"
 _SERVED_DEVICES = ("neuron", "cpu")
 # Dtypes gloo moves as they are; others travel as bytes (data movement needs no arithmetic).
+_RedOpType = dist.ReduceOp.RedOpType
+# An inline all_reduce gathers every rank's whole tensor, which gloo's all-gather moves about half
+# as fast as its all_reduce moves the tensor: worth it while latency dominates (bytes gathered, at most).
+_ALL_REDUCE_INLINE_BYTES = 1 << 20
 _GLOO_DTYPES = {
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int8, torch.uint8, torch.bool,
@@ -52,6 +59,15 @@ def _wire(view: torch.Tensor) -> torch.Tensor:
 
 def _wires(views: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [_wire(v) for v in views]
+
+
+def _as_bytes(view: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's bytes, flat."""
+    return view.reshape(-1).view(torch.uint8)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
 
 
 def _rows(tensor: torch.Tensor) -> int:
@@ -74,10 +90,16 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self._timeout = timeout
         self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
         self._board = ArrivalBoard(store, rank, size)
+        self._rank = rank
+        self._size = size
         self._seq = 0
         self._group_name = ""
         self._group_desc = ""
-        self._signature_width = signature_width(size)
+        self._check = config.check_signatures and size > 1
+        inline_bytes = config.inline_bytes if self._check else 0
+        self._frames = FrameExchange(self._gloo, size, inline_bytes)
+        self._all_reduce_inline = min(inline_bytes, _ALL_REDUCE_INLINE_BYTES)
+        self._plans: dict[tuple[torch.dtype, Any], Reduction] = {}
         self._coalesced: list[NeuronWork] | None = None
 
     # ---- identity ------------------------------------------------------------------------
@@ -152,21 +174,57 @@ class ProcessGroupNeuron(dist.ProcessGroup):
                     f"'neuron', or create the group with the backend of device '{tensor.device.type}'."
                 )
 
-    def _begin(self, signature: Signature, tensors: Sequence[torch.Tensor]) -> int:
-        """Numbers the collective, checks devices, and checks the signature against the other ranks."""
-        self._check_devices(signature.op, tensors)
+    def _begin(
+        self,
+        signature: Signature,
+        tensors: Sequence[torch.Tensor],
+        payload: torch.Tensor | None = None,
+        wanted: int = 0,
+    ) -> tuple[int, bool]:
+        """Numbers the collective, checks devices, and checks the signature against the other ranks.
+
+        Returns the sequence number, and whether ``payload`` travelled inside the signature
+        exchange on every rank (:meth:`FrameExchange.exchange`; the caller then finishes the
+        collective locally from ``self._frames.last``).
+        """
+        op = signature.op
+        self._check_devices(op, tensors)
         self._seq += 1
         seq = self._seq
         self._board.enter(seq)
-        if self.size() > 1 and (config.check_signatures or signature.op == "barrier"):
-            mine = encode(signature, seq, self.size())
-            gathered = torch.empty(self.size() * self._signature_width, dtype=torch.int64)
-            try:
-                self._gloo._allgather_base(gathered, mine).wait()
-            except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
-                raise self._diagnose(signature.op, seq, error) from error
-            check_signatures(gathered, self.size(), self._where(signature.op, seq))
-        return seq
+        if self._check or (op == "barrier" and self._size > 1):
+            inline = self._frames.exchange(
+                signature, seq, lambda: self._where(op, seq), lambda error: self._diagnose(op, seq, error),
+                payload, wanted,
+            )
+            return seq, inline
+        return seq, False
+
+    def _plan(self, dtype: torch.dtype, reduce_op: Any, op: str, seq: int) -> Reduction:
+        key = (dtype, reduce_op_type(reduce_op))
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plans[key] = plan_reduction(dtype, reduce_op, self._size, self._where(op, seq))
+        return plan
+
+    def _inlines(self, dtype: torch.dtype, reduce_op: Any) -> bool:
+        """Whether a reduction may finish locally from all-gathered data with gloo's exact result.
+
+        With 2 ranks there is one (commutative) combination; integer ops, MIN and MAX do not depend
+        on the order. Floating SUM/AVG/PRODUCT over more ranks keep gloo's own reduction order.
+        """
+        return (
+            self._size == 2
+            or not (dtype.is_floating_point or dtype.is_complex)
+            or reduce_op_type(reduce_op) in (_RedOpType.MIN, _RedOpType.MAX)
+        )
+
+    def _completed(self, result: Any) -> NeuronWork:
+        """The handle of a collective that already finished (its data travelled in the exchange)."""
+        work = NeuronWork([], result)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
 
     def _diagnose(self, op: str, seq: int, error: BaseException) -> BaseException:
         """A clear error for a failed collective: what, which number, who did not arrive."""
@@ -231,13 +289,22 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def _allreduce(self, op: str, tensors: list[torch.Tensor], reduce_op: Any, timeout: timedelta) -> NeuronWork:
         first = tensors[0]
+        single = (
+            len(tensors) == 1
+            and self._size * _nbytes(first) <= self._all_reduce_inline
+            and self._inlines(first.dtype, reduce_op)
+        )
         signature = Signature(
             op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in tensors),
             reduce_op=int(reduce_op_type(reduce_op)),
         )
-        seq = self._begin(signature, tensors)
-        plan = plan_reduction(first.dtype, reduce_op, self.size(), self._where(op, seq))
-        views = host_views(tensors)
+        view = host_view(first) if single else None
+        seq, inline = self._begin(signature, tensors, view, _nbytes(first) if single else 0)
+        plan = self._plan(first.dtype, reduce_op, op, seq)
+        if inline:
+            plan.reduce_rows(self._frames.last.rank_rows(first.dtype, 0, first.shape), view)
+            return self._completed(tensors)
+        views = [view] if single else host_views(tensors)
         wires = [plan.to_wire(v) for v in views]
         gloo_opts = _c10d.AllreduceOptions()
         gloo_opts.reduceOp = plan.op
@@ -259,8 +326,8 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             "reduce", tensor.dtype, tuple(tensor.shape), root=opts.rootRank,
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
-        seq = self._begin(signature, tensors)
-        plan = plan_reduction(tensor.dtype, opts.reduceOp, self.size(), self._where("reduce", seq))
+        seq, _ = self._begin(signature, tensors)
+        plan = self._plan(tensor.dtype, opts.reduceOp, "reduce", seq)
         view = host_view(tensor)
         wire = plan.to_wire(view)
         gloo_opts = _c10d.ReduceOptions()
@@ -268,7 +335,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         gloo_opts.rootRank = opts.rootRank
         gloo_opts.rootTensor = opts.rootTensor
         gloo_opts.timeout = opts.timeout
-        is_root = self.rank() == opts.rootRank
+        is_root = self._rank == opts.rootRank
         return self._launch(
             "reduce", seq, lambda: self._gloo.reduce([wire], gloo_opts), tensors, tensors,
             lambda: plan.from_wire(wire, view, divide=is_root),
@@ -287,8 +354,8 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             "reduce_scatter", output.dtype, tuple(output.shape),
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
-        seq = self._begin(signature, [*outputs, *input_lists[0]])
-        plan = plan_reduction(output.dtype, opts.reduceOp, self.size(), self._where("reduce_scatter", seq))
+        seq, _ = self._begin(signature, [*outputs, *input_lists[0]])
+        plan = self._plan(output.dtype, opts.reduceOp, "reduce_scatter", seq)
         out_view = host_view(output)
         out_wire = plan.to_wire(out_view)
         in_wires = [plan.to_wire(v) for v in host_views(input_lists[0])]
@@ -327,8 +394,18 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs),
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
-        seq = self._begin(signature, [*outputs, *inputs])
-        plan = plan_reduction(first.dtype, opts.reduceOp, self.size(), self._where(op, seq))
+        single = len(inputs) == 1 and len(outputs) == 1 and self._check and self._inlines(first.dtype, opts.reduceOp)
+        payload = None
+        if single:
+            in_view, out_view = host_view(first), host_view(outputs[0])
+            chunk = out_view.numel()
+            if in_view.numel() == chunk * self._size and in_view.dtype == out_view.dtype:
+                payload = in_view
+        seq, inline = self._begin(signature, [*outputs, *inputs], payload, _nbytes(first) if single else 0)
+        plan = self._plan(first.dtype, opts.reduceOp, op, seq)
+        if inline:
+            plan.reduce_rows(self._frames.last.rank_rows(first.dtype, self._rank * chunk, out_view.shape), out_view)
+            return self._completed(outputs)
         out_views = [v.reshape(-1) for v in host_views(outputs)]
         out_wires = [plan.to_wire(v) for v in out_views]
         in_wires = [plan.to_wire(v.reshape(-1)) for v in host_views(inputs)]
@@ -358,7 +435,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         opts = opts if opts is not None else _c10d.BroadcastOptions()
         tensor = tensors[0]
         signature = Signature("broadcast", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
-        seq = self._begin(signature, tensors)
+        seq, _ = self._begin(signature, tensors)
         wires = _wires(host_views(tensors))
         return self._launch("broadcast", seq, lambda: self._gloo.broadcast(wires, opts), tensors, tensors)
 
@@ -371,7 +448,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         """All-gather into a list of per-rank outputs."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
         tensor = inputs[0]
-        seq = self._begin(Signature("all_gather", tensor.dtype, tuple(tensor.shape)), [*inputs, *output_lists[0]])
+        seq, _ = self._begin(Signature("all_gather", tensor.dtype, tuple(tensor.shape)), [*inputs, *output_lists[0]])
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
@@ -390,7 +467,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         signature = Signature(
             "all_gather_coalesced", tensor.dtype, tuple(tensor.shape), numel=sum(t.numel() for t in inputs)
         )
-        seq = self._begin(signature, inputs)
+        seq, _ = self._begin(signature, inputs)
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
@@ -423,8 +500,19 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
     ) -> NeuronWork:
         first = inputs[0]
+        single = len(inputs) == 1 and len(outputs) == 1 and self._check
         signature = Signature(op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs))
-        seq = self._begin(signature, [*outputs, *inputs])
+        payload = None
+        if single:  # inline when the output is one flat buffer of the ranks' inputs in rank order
+            in_view, out_view = host_view(first), host_view(outputs[0])
+            fits = out_view.numel() == first.numel() * self._size and out_view.dtype == first.dtype
+            if fits and out_view.is_contiguous():
+                payload = in_view
+        nbytes = _nbytes(first)
+        seq, inline = self._begin(signature, [*outputs, *inputs], payload, nbytes if single else 0)
+        if inline:
+            _as_bytes(out_view).view(self._size, nbytes).copy_(self._frames.last.byte_rows(nbytes))
+            return self._completed(outputs)
         # flat buffers: gloo insists on an output shaped (world, *input.shape); NCCL (and we) take any shape
         outs = _wires([v.reshape(-1) for v in host_views(outputs)])
         ins = _wires([v.reshape(-1) for v in host_views(inputs)])
@@ -448,9 +536,9 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         out_splits = list(output_split_sizes) or [_rows(output) // n] * n
         signature = Signature(
             "all_to_all_single", input.dtype, tuple(input.shape[1:]), numel=input.numel(),
-            in_splits=in_splits, out_splits=out_splits,
+            in_splits=tuple(in_splits), out_splits=tuple(out_splits),
         )
-        seq = self._begin(signature, [output, input])
+        seq, _ = self._begin(signature, [output, input])
         out_view, in_view = host_view(output), host_view(input)
         if input.dtype not in _GLOO_DTYPES:  # move bytes: a row of each becomes a row of bytes
             out_view = out_view.reshape(_rows(output), -1).view(torch.uint8)
@@ -471,9 +559,9 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         first = inputs[0]
         signature = Signature(
             "all_to_all", first.dtype, (), numel=sum(t.numel() for t in inputs),
-            in_splits=[t.numel() for t in inputs], out_splits=[t.numel() for t in outputs],
+            in_splits=tuple(t.numel() for t in inputs), out_splits=tuple(t.numel() for t in outputs),
         )
-        seq = self._begin(signature, [*outputs, *inputs])
+        seq, _ = self._begin(signature, [*outputs, *inputs])
         outs = _wires(host_views(outputs))
         ins = _wires(host_views(inputs))
         return self._launch(
@@ -490,7 +578,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         opts = opts if opts is not None else _c10d.GatherOptions()
         tensor = inputs[0]
         signature = Signature("gather", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
-        seq = self._begin(signature, [*inputs, *(t for ts in output_lists for t in ts)])
+        seq, _ = self._begin(signature, [*inputs, *(t for ts in output_lists for t in ts)])
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
@@ -507,7 +595,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         opts = opts if opts is not None else _c10d.ScatterOptions()
         tensor = outputs[0]
         signature = Signature("scatter", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
-        seq = self._begin(signature, [*outputs, *(t for ts in input_lists for t in ts)])
+        seq, _ = self._begin(signature, [*outputs, *(t for ts in input_lists for t in ts)])
         outs = _wires(host_views(outputs))
         ins = [_wires(vs) for vs in host_view_lists(input_lists)]
         return self._launch(

@@ -24,6 +24,12 @@ _STAGED: dict[torch.dtype, torch.dtype] = {
     torch.float8_e4m3fn: torch.float32,
     torch.float8_e5m2: torch.float32,
 }
+# elementwise combination of two ranks' values, per gloo reduce op (AVG: a SUM divided afterwards)
+_COMBINE = {
+    _RedOpType.SUM: torch.add, _RedOpType.AVG: torch.add, _RedOpType.PRODUCT: torch.mul,
+    _RedOpType.MIN: torch.minimum, _RedOpType.MAX: torch.maximum, _RedOpType.BAND: torch.bitwise_and,
+    _RedOpType.BOR: torch.bitwise_or, _RedOpType.BXOR: torch.bitwise_xor,
+}
 _SUPPORTED_OPS = {_RedOpType.SUM, _RedOpType.AVG, _RedOpType.PRODUCT, _RedOpType.MIN, _RedOpType.MAX,
                   _RedOpType.BAND, _RedOpType.BOR, _RedOpType.BXOR}
 
@@ -51,6 +57,31 @@ class Reduction:
             wire.div_(self.divisor, rounding_mode="trunc")
         if wire is not view:
             view.copy_(wire)
+
+    def reduce_rows(self, rows: list[torch.Tensor], out: torch.Tensor) -> None:
+        """Reduces every rank's copy (``rows``, in rank order, each shaped like ``out``) into ``out``.
+
+        The local counterpart of gloo's reduction, for data that arrived by all-gather: the same
+        wire dtype, op, AVG division and integer fix-up. Every rank combines the rows in the same
+        order, so all ranks get bitwise-identical results. With 2 ranks it is bitwise gloo's result
+        (one combination, commutative); with more, floating SUM/AVG/PRODUCT may differ from gloo's
+        ring order in the last bits.
+        """
+        if self.wire_dtype is not None:
+            rows = [row.to(self.wire_dtype) for row in rows]
+            acc = torch.empty_like(rows[0])
+        else:
+            acc = out
+        combine = _COMBINE[self.op]
+        combine(rows[0], rows[1], out=acc)
+        for row in rows[2:]:
+            combine(acc, row, out=acc)
+        if self.op == _RedOpType.AVG:
+            acc.div_(len(rows))
+        if self.divisor:
+            acc.div_(self.divisor, rounding_mode="trunc")
+        if acc is not out:
+            out.copy_(acc)
 
 
 def plan_reduction(dtype: torch.dtype, op: dist.ReduceOp | _RedOpType, world_size: int, where: str) -> Reduction:

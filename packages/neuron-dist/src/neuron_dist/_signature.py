@@ -15,7 +15,7 @@ import torch
 
 from neuron_dist._errors import CollectiveMismatchError
 
-__all__ = ["Signature", "check_signatures", "signature_width"]
+__all__ = ["Signature", "check_signatures", "encode", "encode_fields", "signature_width"]
 
 _MAX_DIMS = 6
 _DTYPES: list[torch.dtype] = [
@@ -99,6 +99,14 @@ def _reduce_op_name(code: int) -> str:
 
 def encode(signature: Signature, seq: int, world_size: int) -> torch.Tensor:
     """The int64 vector a rank contributes to the signature exchange."""
+    fields = encode_fields(signature, world_size)
+    fields[0] = seq
+    return torch.tensor(fields, dtype=torch.int64)
+
+
+def encode_fields(signature: Signature, world_size: int) -> list[int]:
+    """The signature's :func:`signature_width` int64 fields, with 0 for the sequence number."""
+    seq = 0
     shape = list(signature.shape)
     dims = shape[-_MAX_DIMS:] + [_NONE] * (_MAX_DIMS - min(len(shape), _MAX_DIMS))
     splits_in = list(signature.in_splits) if signature.in_splits is not None else [_NONE] * world_size
@@ -117,7 +125,7 @@ def encode(signature: Signature, seq: int, world_size: int) -> torch.Tensor:
         *splits_in,
         *splits_out,
     ]
-    return torch.tensor(fields, dtype=torch.int64)
+    return fields
 
 
 def _decode(row: list[int], world_size: int) -> tuple[int, Signature]:

@@ -344,6 +344,61 @@ def mismatched_collectives_raise() -> str:
 
 
 @cases.case
+def mismatch_between_inline_and_large_raises() -> str:
+    """One rank's tensor travels inside the signature exchange, the other's is too large to: the
+    exchanged frames still have one size on every rank, so all of them raise (gloo would abort)."""
+    texts = []
+    for small_first in (True, False):  # after a large collective, and after a small one
+        warm = torch.ones(1 << 20 if small_first else 8, device=DEVICE)
+        dist.all_reduce(warm)
+        tensor = torch.ones(8 if RANK == 0 else 1 << 20, device=DEVICE)
+        try:
+            dist.all_reduce(tensor)
+        except neuron_dist.CollectiveMismatchError as error:
+            texts.append(str(error))
+            assert "float32[8]" in texts[-1] and "float32[1048576]" in texts[-1], texts[-1]
+        else:
+            raise AssertionError("no error for a small and a large all_reduce")
+        shard = torch.ones(4 if RANK == 0 else 1 << 19, device=DEVICE)
+        try:
+            dist.all_gather_into_tensor(torch.empty(WORLD * shard.numel(), device=DEVICE), shard)
+        except neuron_dist.CollectiveMismatchError as error:
+            texts.append(str(error))
+        else:
+            raise AssertionError("no error for a small and a large all_gather_into_tensor")
+    tensor = torch.ones(4, device=DEVICE)
+    dist.all_reduce(tensor)  # still in step
+    _expect(tensor, torch.full((4,), float(WORLD)), "all_reduce after the mismatches")
+    return texts[0]
+
+
+@cases.case
+def inline_and_gloo_paths_agree_with_gloo() -> None:
+    """Small (inline) and large (gloo) all_reduce, all_gather and reduce_scatter of random float32
+    data equal a plain gloo group's results bitwise, on every rank alike."""
+    gloo = dist.new_group(backend="gloo")
+    gen = torch.Generator().manual_seed(100 + RANK)
+    for numel in (10, 3 * WORLD * 1000, WORLD * (1 << 19)):
+        data = torch.randn(numel, generator=gen)
+        for op in (R.SUM, R.AVG, R.MAX, R.PRODUCT):
+            mine, ref = data.to(DEVICE), data.clone()
+            dist.all_reduce(mine, op=op)
+            dist.all_reduce(ref, op=op, group=gloo)
+            _expect(mine, ref, f"all_reduce {op} of {numel}")
+        if numel % WORLD == 0:
+            out, ref = torch.empty(numel // WORLD, device=DEVICE), torch.empty(numel // WORLD)
+            dist.reduce_scatter_tensor(out, data.to(DEVICE))
+            dist.reduce_scatter_tensor(ref, data.clone(), group=gloo)
+            _expect(out, ref, f"reduce_scatter_tensor of {numel}")
+        out, ref = torch.empty(WORLD, numel, device=DEVICE), torch.empty(WORLD * numel)
+        dist.all_gather_into_tensor(out, data.to(DEVICE))  # any output shape on neuron; flat for gloo
+        dist.all_gather_into_tensor(ref, data.clone(), group=gloo)
+        ref = ref.view(WORLD, numel)
+        _expect(out, ref, f"all_gather_into_tensor of {numel}")
+    dist.destroy_process_group(gloo)
+
+
+@cases.case
 def wrong_device_names_backend_and_device() -> str:
     try:
         dist.all_reduce(torch.ones(4, device="meta"))

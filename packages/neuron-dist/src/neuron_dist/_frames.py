@@ -1,0 +1,198 @@
+"""The signature exchange, with small collectives carried inside it (one round trip, not two).
+
+Every checked collective starts with one gloo all-gather of a *frame* per rank: the rank's
+signature (a fixed-size header, :mod:`neuron_dist._signature`) followed by a payload slot of
+``slot`` bytes. Gloo aborts the process when ranks send messages of different sizes, so the
+frame size must be equal on every rank *before* anything is known about the other ranks'
+collective: ``slot`` is computed only from headers already exchanged (the previous collective's
+payload size, the same on every rank), never from the local call.
+
+When the collective's payload (all_reduce's tensor, all_gather's shard, reduce_scatter's input)
+fits the slot on every rank, it travels in the frame: the all-gather that compares signatures
+also moves the data, and the caller finishes the collective locally (copy the shards out, or
+reduce the ranks' rows in rank order). Otherwise the frame carried the signatures only and the
+caller runs gloo's collective as before. A mismatch raises :class:`CollectiveMismatchError` on
+every rank either way, before any rank looks at the payload.
+
+The slot follows the last exchanged collective's payload (rounded up, at least
+:data:`_MIN_SLOT`, at most what ``inline_limit`` allows), so a run of same-size collectives --
+a benchmark loop, FSDP's per-layer all-gathers, gradient buckets -- costs one all-gather each.
+A collective larger than the previous one costs a frame with no room for it plus gloo's
+collective (two round trips, as without inlining); a smaller one sends some padding.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from neuron_dist._signature import Signature, check_signatures, encode_fields, signature_width
+
+__all__ = ["FrameExchange"]
+
+_ALIGN = 64  # header and slot sizes are multiples of this: payload rows stay aligned for any dtype
+_MIN_SLOT = 4096  # bytes: room for tiny collectives after a large one (padding this small is free)
+_NO_INLINE = -1
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class _Frames:
+    """The send and receive buffers for one slot size, with cached views into them."""
+
+    def __init__(self, size: int, header_bytes: int, slot: int) -> None:
+        frame = header_bytes + slot
+        self.send = torch.zeros(frame, dtype=torch.uint8)
+        self.recv = torch.empty(size * frame, dtype=torch.uint8)
+        # this rank's header as int64 fields, written in place (cheaper than tensor indexing)
+        self.header = (ctypes.c_int64 * (header_bytes // 8)).from_address(self.send.data_ptr())
+        self._header_bytes = header_bytes
+        self._addresses = [self.recv.data_ptr() + rank * frame for rank in range(size)]
+        self.rows = self.recv.view(size, frame)[:, header_bytes:]  # every rank's payload slot, as bytes
+        self.payload = self.send[header_bytes:]
+        self.views: dict[tuple, object] = {}
+
+    def headers_equal(self) -> bool:
+        """Whether every rank's received header is byte for byte this rank's."""
+        mine = ctypes.string_at(self.send.data_ptr(), self._header_bytes)
+        return all(ctypes.string_at(address, self._header_bytes) == mine for address in self._addresses)
+
+    def headers(self) -> torch.Tensor:
+        """Every rank's header, ``(ranks, header words)`` int64."""
+        return self.recv.view(len(self._addresses), -1)[:, : self._header_bytes].contiguous().view(torch.int64)
+
+    def send_view(self, dtype: torch.dtype, shape: torch.Size) -> torch.Tensor:
+        """This rank's payload slot as a ``dtype`` tensor of ``shape``."""
+        key = ("send", dtype, shape)
+        view = self.views.get(key)
+        if view is None:
+            self._make_room()
+            count = _numel(shape)
+            view = self.views[key] = self.payload[: count * dtype.itemsize].view(dtype).view(shape)
+        return view  # type: ignore[return-value]
+
+    def rank_rows(self, dtype: torch.dtype, start: int, shape: torch.Size) -> list[torch.Tensor]:
+        """Every rank's payload elements ``[start, start + numel(shape))`` as ``dtype`` tensors of ``shape``."""
+        key = ("rows", dtype, start, shape)
+        rows = self.views.get(key)
+        if rows is None:
+            self._make_room()
+            end = (start + _numel(shape)) * dtype.itemsize
+            rows = self.views[key] = [row[:end].view(dtype)[start:].view(shape) for row in self.rows]
+        return rows  # type: ignore[return-value]
+
+    def byte_rows(self, nbytes: int) -> torch.Tensor:
+        """The first ``nbytes`` of every rank's payload slot, ``(ranks, nbytes)`` uint8."""
+        key = ("bytes", nbytes)
+        rows = self.views.get(key)
+        if rows is None:
+            self._make_room()
+            rows = self.views[key] = self.rows[:, :nbytes]
+        return rows  # type: ignore[return-value]
+
+    def _make_room(self) -> None:
+        if len(self.views) >= 256:
+            self.views.clear()
+
+
+def _numel(shape: torch.Size) -> int:
+    out = 1
+    for s in shape:
+        out *= s
+    return out
+
+
+class FrameExchange:
+    """One group's frame all-gathers (see the module docstring); the slot size is shared state."""
+
+    def __init__(self, gloo: dist.ProcessGroup, size: int, inline_limit: int) -> None:
+        self._gloo = gloo
+        self._size = size
+        self._width = signature_width(size)
+        # header: signature fields, then [inline payload bytes or -1, payload bytes wanted]
+        self._header_words = _round_up(self._width + 2, _ALIGN // 8)
+        self._header_bytes = self._header_words * 8
+        self._limit = inline_limit  # bytes gathered per collective (all ranks' frames) at most
+        self._slot = self._next_slot(0)
+        self._wanted = 0  # the last collective's payload, which self._slot was computed from
+        self._buffers: OrderedDict[int, _Frames] = OrderedDict()
+        self._encoded: dict[Signature, list[int]] = {}
+        self.last: _Frames | None = None  # the buffers of the last exchange (its payloads, if inline)
+
+    def _next_slot(self, wanted: int) -> int:
+        slot = max(_MIN_SLOT, _round_up(wanted, _ALIGN))
+        if self._size * (self._header_bytes + slot) > self._limit:
+            slot = _MIN_SLOT if self._size * (self._header_bytes + _MIN_SLOT) <= self._limit else 0
+        return slot
+
+    def _frames(self, slot: int) -> _Frames:
+        frames = self._buffers.get(slot)
+        if frames is None:
+            frames = self._buffers[slot] = _Frames(self._size, self._header_bytes, slot)
+            while len(self._buffers) > 3:  # a few recent sizes: alternating patterns keep their buffers
+                self._buffers.popitem(last=False)
+        elif len(self._buffers) > 1:
+            self._buffers.move_to_end(slot)
+        return frames
+
+    def _update_slot(self, wanted: int) -> None:
+        if wanted != self._wanted:
+            self._wanted = wanted
+            self._slot = self._next_slot(wanted)
+
+    def _fields(self, signature: Signature) -> list[int]:
+        fields = self._encoded.get(signature)
+        if fields is None:
+            fields = encode_fields(signature, self._size)
+            if len(self._encoded) > 1024:
+                self._encoded.clear()
+            self._encoded[signature] = fields
+        return fields
+
+    def exchange(
+        self,
+        signature: Signature,
+        seq: int,
+        where: Callable[[], str],
+        diagnose: Callable[[BaseException], BaseException],
+        payload: torch.Tensor | None = None,
+        wanted: int = 0,
+    ) -> bool:
+        """All-gathers this rank's frame; raises :class:`CollectiveMismatchError` if signatures disagree.
+
+        ``payload`` (a CPU tensor, any dtype, contiguous or not) is what this rank would carry
+        inline, ``wanted`` its size in bytes (0 for collectives that never inline; give it even
+        when ``payload`` is None so the next slot fits). ``where()`` names the collective for a
+        mismatch message; ``diagnose(error)`` turns a transport error into the error to raise. Returns the gathered frames as a
+        whether every rank's payload travelled inline (read it from :attr:`last`); if not, the
+        caller runs gloo's collective.
+        """
+        frames = self._frames(self._slot)
+        self.last = frames
+        header = frames.header
+        width = self._width
+        header[:width] = self._fields(signature)
+        header[0] = seq
+        inline = payload is not None and wanted <= self._slot
+        header[width] = wanted if inline else _NO_INLINE
+        header[width + 1] = wanted
+        if inline and wanted:
+            frames.send_view(payload.dtype, payload.shape).copy_(payload)
+        try:
+            self._gloo._allgather_base(frames.recv, frames.send).wait()
+        except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
+            raise diagnose(error) from error
+        if frames.headers_equal():
+            self._update_slot(wanted)
+            return inline
+        headers = frames.headers()
+        self._update_slot(int(headers[:, width + 1].max()))  # before raising: every rank agrees
+        check_signatures(headers[:, :width].contiguous(), self._size, where())
+        # compatible signatures that differ in fields that need not agree (all_gather input shapes)
+        return bool((headers[:, width] >= 0).all())
