@@ -128,3 +128,18 @@ def test_transformers_llama_training_step_matches_cpu(fresh_compiler):
     torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
     for (name, p_cpu), p_neuron in zip(cpu_model.named_parameters(), neuron_model.parameters()):
         torch.testing.assert_close(p_neuron.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_integer_histc_compiles_like_the_device_runs_it(fresh_compiler):
+    """MoE routers count tokens per expert with integer histc, which the CPU tracing rejects."""
+    def route(scores):
+        experts = scores.argmax(-1).to(torch.int32)
+        return torch.histc(experts, bins=4, min=0, max=3), scores.softmax(-1)
+
+    scores = torch.randn(16, 4, device="neuron")
+    with torch.no_grad():
+        counts, probs = torch.compile(route, backend="neuron")(scores)
+        expected_counts, expected_probs = route(scores)
+    assert counts.dtype == torch.int32 and counts.device.type == "neuron"
+    torch.testing.assert_close(counts.cpu(), expected_counts.cpu())
+    torch.testing.assert_close(probs.cpu(), expected_probs.cpu())

@@ -33,6 +33,7 @@ from torch._subclasses import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from neuron_compile._codegen import lowering_for_neuron
+from neuron_compile._device_ops import replace_cpu_rejected_ops
 from neuron_compile.executable import NeuronExecutable
 
 __all__ = ["LoweredGraph", "lower_graph"]
@@ -72,6 +73,7 @@ def _cpu_for_neuron(value: Any) -> Any:
 def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose device arguments (and autocast regions) name ``cpu``."""
     graph = copy.deepcopy(gm.graph)
+    replace_cpu_rejected_ops(graph)
     for node in graph.nodes:
         node.args = torch.fx.node.map_aggregate(node.args, _cpu_for_neuron)
         node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _cpu_for_neuron)
