@@ -130,3 +130,14 @@ def hf_coverage(session: nox.Session) -> None:
     env = _sync(session)
     args = session.posargs or ["--jobs", "2"]
     session.run("uv", "run", "--no-sync", "python", "-m", "neuron_hf.coverage", *args, external=True, env=env)
+
+
+@nox.session
+def bench_compile(session: nox.Session) -> None:
+    """Compiled benchmarks: backend="neuron" vs eager and CPU Inductor (bench/compile.py).
+
+    Training steps, the matrix-multiply rate, cold vs. warm-cache start, graphs with and without
+    shape buckets; ~30 minutes or more on 2 cores.
+    """
+    env = _sync(session)
+    session.run("uv", "run", "--no-sync", "python", "bench/compile.py", *session.posargs, external=True, env=env)
