@@ -241,9 +241,9 @@ def _forward_backward(model: Any, ids: Any, call: Any = None) -> tuple[Any, dict
 
     model.zero_grad(set_to_none=True)
     try:
-        out = (call or model)(input_ids=ids, use_cache=False)
+        out = (call if call is not None else model)(input_ids=ids, use_cache=False)
     except TypeError:  # models without a cache argument
-        out = (call or model)(input_ids=ids)
+        out = (call if call is not None else model)(input_ids=ids)
     logits = out.logits if hasattr(out, "logits") else out[0]
     logits = logits.float()
     loss = torch.nn.functional.cross_entropy(
@@ -558,7 +558,8 @@ def render_markdown(results: Sequence[ArchResult], command: str, compiled: bool)
         "# Architecture coverage: causal LMs on neuron vs the CPU",
         "",
         f"Produced by `{command}` on {time.strftime('%Y-%m-%d')} "
-        f"(transformers {transformers.__version__}, torch {torch.__version__}).",
+        f"(transformers {transformers.__version__}, torch {torch.__version__}); "
+        "`nox -s hf_coverage` runs `python -m neuron_hf.coverage --jobs 2`.",
         "",
         "Each architecture in transformers' `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` is built tiny from its default "
         "config (hidden 64, 2 layers, 4 heads, 2 KV heads, vocab 256, small MoE/MLA/SSM dims), in float32 with "
