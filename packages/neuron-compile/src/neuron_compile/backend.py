@@ -19,6 +19,7 @@ compiler cannot handle raises :class:`NeuronCompileError` naming the operator, u
 from __future__ import annotations
 
 import hashlib
+import platform
 import re
 import threading
 import time
@@ -125,8 +126,6 @@ def _graph_text(gm: torch.fx.GraphModule) -> str:
 
 
 def _cache_key(gm: torch.fx.GraphModule, specs: list[Any], options: CompileOptions) -> str:
-    from torch._inductor.cpu_vec_isa import pick_vec_isa
-
     import neuron_runtime
     from neuron_compile.cache import make_key
 
@@ -139,7 +138,9 @@ def _cache_key(gm: torch.fx.GraphModule, specs: list[Any], options: CompileOptio
         "options": {"fallback_to_eager": options.fallback_to_eager},
         "versions": {"torch": torch.__version__, "neuron_compile": __version__,
                      "neuron_runtime": neuron_runtime.__version__},
-        "cpu_isa": str(pick_vec_isa()),
+        # Kernels are built for this CPU's vector ISA. torch's own capability probe is free;
+        # Inductor's (pick_vec_isa) compiles test programs, seconds on a fresh machine.
+        "cpu_isa": f"{platform.machine()}:{torch.backends.cpu.get_cpu_capability()}",
     })
 
 

@@ -7,7 +7,7 @@ option                     default  meaning
                                     the metrics) instead of raising; also
                                     ``TORCH_NEURONX_FALLBACK_TO_EAGER=1``
 ``cache``                  True     use the persistent compile cache (see ``cache.py``)
-``graph_warning_threshold`` 8       graphs one function may compile before a warning names the
+``graph_warning_threshold`` 16      graphs one function may compile before a warning names the
                                     input dimension that keeps changing
 =========================  =======  ==========================================================
 
@@ -43,7 +43,7 @@ class CompileOptions:
 
     fallback_to_eager: bool = False
     cache: bool = True
-    graph_warning_threshold: int = 8
+    graph_warning_threshold: int = 16  # the default bucket policy's graph count: correct use stays quiet
 
     @classmethod
     def resolve(cls, mode: str | None = None, options: Mapping[str, Any] | None = None) -> CompileOptions:
