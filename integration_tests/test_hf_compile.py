@@ -1,0 +1,152 @@
+"""transformers compiled with the neuron backend: ``Trainer(torch_compile=True)`` and static-cache ``generate``.
+
+* Training: ``TrainingArguments(torch_compile=True)`` on neuron picks backend "neuron" by itself;
+  the compiled run's fp32 loss curve equals the eager neuron run of the same steps.
+* Generation: ``generate(..., cache_implementation="static")`` on neuron compiles the decode step
+  with the neuron backend (transformers' default ``CompileConfig`` for the device); greedy tokens
+  equal eager CPU generation, sampling with a fixed seed is valid and reproducible.
+
+Every test uses its own persistent compile cache directory, so graphs really are compiled here
+(or found in this process's memory), and the metrics are reset first.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState
+from datasets import Dataset
+from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+import neuron_compile
+import neuron_compile.cache
+import neuron_compile.metrics
+from neuron_hf.testing import SENTENCES, tiny_llama, tiny_tokenizer
+
+pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
+
+STEPS = 3
+NEW_TOKENS = 8
+
+
+@pytest.fixture
+def compile_cache(tmp_path, monkeypatch):
+    """A fresh persistent compile cache, fresh Dynamo state and zeroed neuron_compile metrics."""
+    directory = tmp_path / "neff_cache"
+    monkeypatch.setenv(neuron_compile.cache.ENV_CACHE_DIR, str(directory))
+    monkeypatch.delenv(neuron_compile.cache.ENV_DISABLE_CACHE, raising=False)
+    # TrainingArguments(torch_compile=True) exports ACCELERATE_DYNAMO_BACKEND; undone at teardown.
+    monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND", raising=False)
+    neuron_compile.cache.default_cache.cache_clear()
+    torch._dynamo.reset()
+    neuron_compile.metrics.reset()
+    yield directory
+    neuron_compile.cache.default_cache.cache_clear()
+    torch._dynamo.reset()
+
+
+# ----------------------------------------------------------------------------- Trainer(torch_compile=True)
+
+
+def _train(output_dir: str, *, compile: bool) -> Trainer:
+    AcceleratorState._reset_state(reset_partial_state=True)
+    args = TrainingArguments(
+        output_dir=output_dir, torch_compile=compile, bf16=False, per_device_train_batch_size=2, max_steps=STEPS,
+        learning_rate=3e-3, lr_scheduler_type="constant", logging_steps=1, save_strategy="no", report_to=[],
+        disable_tqdm=True, seed=7, dataloader_num_workers=0,
+    )
+    tokenizer = tiny_tokenizer()
+    data = Dataset.from_dict({"input_ids": [tokenizer(s)["input_ids"] for s in SENTENCES]})
+    # Every sentence is shorter than 16 tokens: one batch shape (2, 16), so one graph per pass.
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False, pad_to_multiple_of=16)
+    model = tiny_llama(seed=3, attn_implementation="sdpa")
+    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
+    trainer.train()
+    return trainer
+
+
+def _losses(trainer: Trainer) -> list[float]:
+    return [e["loss"] for e in trainer.state.log_history if "loss" in e]
+
+
+def test_trainer_torch_compile_uses_neuron_backend_and_matches_eager(compile_cache, tmp_path, monkeypatch):
+    eager = _train(str(tmp_path / "eager"), compile=False)
+    assert eager.args.device.type == "neuron"
+    assert neuron_compile.metrics.counters()["graphs"] == 0  # the reference really ran eagerly
+
+    compiled = _train(str(tmp_path / "compiled"), compile=True)
+    assert compiled.args.device.type == "neuron"
+    assert compiled.args.torch_compile_backend == "neuron"
+    assert next(compiled.model.parameters()).device.type == "neuron"
+    counters = neuron_compile.metrics.counters()
+    records = neuron_compile.metrics.graphs()
+    assert counters["graphs"] >= 1, neuron_compile.metrics.report()
+    assert counters["compilations"] >= 1 and counters["eager_fallbacks"] == 0, neuron_compile.metrics.report()
+    assert any(r.kernels > 0 for r in records)
+    # The compiled executables went to this test's persistent cache.
+    assert compile_cache.is_dir() and any(p.is_file() for p in compile_cache.rglob("*"))
+
+    eager_losses, compiled_losses = _losses(eager), _losses(compiled)
+    assert len(compiled_losses) == len(eager_losses) == STEPS
+    # Same fp32 arithmetic on the same device; only the fusion of the kernels differs.
+    torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-4, atol=1e-5)
+    assert compiled_losses[-1] < compiled_losses[0]  # it trained
+
+
+# ----------------------------------------------------------------------------- generate(cache_implementation="static")
+
+
+def _prompts() -> dict[str, torch.Tensor]:
+    tokenizer = tiny_tokenizer()
+    # Two prompts of the same length: no padding, one prompt shape.
+    batch = tokenizer(["the neuron core runs the", "a small language model learns"], return_tensors="pt")
+    assert batch["input_ids"].shape == (2, 5)
+    return dict(batch)
+
+
+def _generate(model: torch.nn.Module, inputs: dict[str, torch.Tensor], **kwargs) -> torch.Tensor:
+    with torch.no_grad():
+        return model.generate(**inputs, max_new_tokens=NEW_TOKENS, cache_implementation="static", pad_token_id=0,
+                              min_new_tokens=NEW_TOKENS, **kwargs)
+
+
+def test_static_cache_greedy_generate_is_compiled_and_matches_cpu(compile_cache):
+    inputs = _prompts()
+    cpu_model = tiny_llama(seed=11).eval()
+    expected = _generate(cpu_model, inputs, do_sample=False)
+    assert neuron_compile.metrics.counters()["graphs"] == 0  # the CPU reference is not compiled
+    assert expected.shape == (2, 5 + NEW_TOKENS)
+
+    model = tiny_llama(seed=11).to("neuron").eval()
+    out = _generate(model, {k: v.to("neuron") for k, v in inputs.items()}, do_sample=False)
+    assert out.device.type == "neuron"
+    counters = neuron_compile.metrics.counters()
+    assert counters["graphs"] >= 1 and counters["eager_fallbacks"] == 0, neuron_compile.metrics.report()
+    assert model._last_compile_config.backend == "neuron"  # transformers' choice for the device
+    assert torch.equal(out.cpu(), expected), (out.cpu(), expected)
+    # Not a constant answer: the random model does not repeat one token everywhere.
+    assert len(set(expected[:, 5:].flatten().tolist())) > 1
+
+
+def test_static_cache_sampled_generate_is_compiled_and_reproducible(compile_cache):
+    inputs = {k: v.to("neuron") for k, v in _prompts().items()}
+    model = tiny_llama(seed=11).to("neuron").eval()
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(1234)
+        runs.append(_generate(model, inputs, do_sample=True, top_k=20, temperature=1.5).cpu())
+    counters = neuron_compile.metrics.counters()
+    assert counters["graphs"] >= 1 and counters["eager_fallbacks"] == 0, neuron_compile.metrics.report()
+    assert model._last_compile_config.backend == "neuron"
+    first, second = runs
+    assert first.shape == (2, 5 + NEW_TOKENS) and first.dtype == torch.long
+    assert torch.equal(first[:, :5], inputs["input_ids"].cpu())
+    assert bool(((first >= 0) & (first < model.config.vocab_size)).all())
+    assert torch.equal(first, second)  # same seed, same samples
+    torch.manual_seed(99)
+    other = _generate(model, inputs, do_sample=True, top_k=20, temperature=1.5).cpu()
+    assert not torch.equal(other, first)  # the seed matters: it really sampled
