@@ -11,10 +11,13 @@ namespace {
 
 // The CPU's choice depends on which inputs require grad (its flash kernel cannot
 // differentiate the mask), so the host views carry the originals' requires_grad flag.
+// Host views come from a reused pool: the flag goes on a fresh alias, never on the pooled view.
 at::Tensor choiceView(const at::Tensor& tensor) {
   at::Tensor view = hostView(tensor);
-  if (tensor.requires_grad()) view.requires_grad_(true);
-  return view;
+  if (!tensor.requires_grad()) return view;
+  at::Tensor flagged = view.detach();
+  flagged.requires_grad_(true);
+  return flagged;
 }
 
 int64_t chooseSdpBackend(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
