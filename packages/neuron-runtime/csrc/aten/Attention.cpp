@@ -5,6 +5,7 @@
 
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 namespace neuron {
 namespace {
@@ -15,7 +16,7 @@ namespace {
 at::Tensor choiceView(const at::Tensor& tensor) {
   at::Tensor view = hostView(tensor);
   if (!tensor.requires_grad()) return view;
-  at::Tensor flagged = view.detach();
+  at::Tensor flagged = view.variable_data();  // a new TensorImpl, without dispatching an op
   flagged.requires_grad_(true);
   return flagged;
 }
@@ -23,6 +24,10 @@ at::Tensor choiceView(const at::Tensor& tensor) {
 int64_t chooseSdpBackend(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p,
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  // The views are real host tensors: while Dynamo traces with fake tensors, the CPU's
+  // choice must run on them directly, not through the Python (fake tensor) mode.
+  c10::impl::ExcludeDispatchKeyGuard no_python_modes(
+      c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
   std::optional<at::Tensor> mask;
   if (attn_mask.has_value() && attn_mask->defined()) mask = choiceView(*attn_mask);
   return at::native::_fused_sdp_choice_cpp(choiceView(query), choiceView(key), choiceView(value), mask,
