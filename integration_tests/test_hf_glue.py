@@ -322,3 +322,21 @@ def test_trl_loads_whole_model_on_one_core(tmp_path):
 
 def test_glue_applied_without_version_skips():
     assert neuron_hf.skipped_fixes() == {}
+
+
+def test_canary_upstream_is_fp16_available_says_yes_on_neuron():
+    from accelerate.utils import is_fp16_available
+
+    assert original_of(is_fp16_available)() is True
+
+
+def test_is_fp16_available_is_false_on_neuron_in_every_binding():
+    """`accelerate test` runs an FP16 check when is_fp16_available(); accelerate refuses fp16 on neuron."""
+    import accelerate.test_utils.scripts.test_script as test_script
+    import accelerate.test_utils.testing as testing
+    import accelerate.utils
+    from accelerate.utils.imports import is_fp16_available
+
+    assert is_fp16_available() is False
+    for module in (accelerate.utils, test_script, testing):
+        assert module.is_fp16_available is is_fp16_available, module.__name__

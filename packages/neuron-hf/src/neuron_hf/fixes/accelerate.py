@@ -110,7 +110,28 @@ def _patch_fp16_message(module: ModuleType) -> None:
     replace_function(module.Accelerator, "__init__", _make_accelerator_init)
 
 
+def _make_is_fp16_available(original: Callable[[], bool]) -> Callable[[], bool]:
+    def is_fp16_available() -> bool:
+        return False if on_neuron() else original()
+
+    return is_fp16_available
+
+
+def _patch_is_fp16_available(module: ModuleType) -> None:
+    # Upstream: is_fp16_available answers True on neuron, where Accelerator then refuses fp16
+    # mixed precision, so `accelerate test` (its test_script's FP16 check) fails on neuron.
+    replace_function(module, "is_fp16_available", _make_is_fp16_available, rebind=("accelerate",))
+
+
 FIXES = [
+    Fix(
+        name="accelerate.is_fp16_available",
+        module="accelerate.utils.imports",
+        distribution="accelerate",
+        versions="~=1.15.0",
+        corrects="is_fp16_available is True on neuron, where fp16 is refused",
+        apply=_patch_is_fp16_available,
+    ),
     Fix(
         name="accelerate.get_max_memory",
         module="accelerate.utils.modeling",
