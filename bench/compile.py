@@ -443,15 +443,11 @@ def bench_buckets(nobucket_lengths: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+def _bench_eager() -> Any:
+    """bench/eager.py, for the machine description both benchmarks print (imported late: it loads torch)."""
+    import eager
+
+    return eager
 
 
 def _verdict(ok: bool) -> str:
@@ -525,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": " ".join([os.path.relpath(sys.executable)] + sys.argv),
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "python": platform.python_version(), "nproc": os.cpu_count(), "cpu_model": _cpu_model(),
+        "python": platform.python_version(), "nproc": os.cpu_count(), "cpu_model": _bench_eager()._cpu_model(),
         "threads": torch.get_num_threads(), "loadavg_start": os.getloadavg(),
         "settings": vars(s) | {"quick": args.quick, "nobucket_lengths": nobucket}, "cache_root": root,
     }
