@@ -58,3 +58,17 @@ def test_comparison_flags_differences():
     assert _compare((logits, grads, tokens), (logits, {"w": grads["w"] * 1.01}, tokens))[0] == "mismatch"
     assert _compare((logits, grads, tokens), (logits, grads, [[1, 2, 4]]))[0] == "mismatch"
     assert _compare((logits, grads, tokens), (logits, {}, tokens))[0] == "mismatch"
+
+
+def test_resume_journal_skips_recorded_architectures(tmp_path):
+    from neuron_hf.coverage import ArchResult, _journal_writer, _load_journal
+
+    journal = tmp_path / "cov.jsonl"
+    _journal_writer(str(journal), compiled=True)(ArchResult("llama", cpu="ok", neuron="ok", compiled="ok"))
+    _journal_writer(str(journal), compiled=False)(ArchResult("gpt2", cpu="ok", neuron="ok"))
+    with open(journal, "a") as f:
+        f.write('{"arch": "opt", "cpu": "o')  # a run killed mid-write
+    done = _load_journal(str(journal), compiled=True)
+    assert list(done) == ["llama"] and done["llama"].compiled == "ok"
+    assert list(_load_journal(str(journal), compiled=False)) == ["gpt2"]
+    assert _load_journal(str(tmp_path / "missing.jsonl"), compiled=True) == {}

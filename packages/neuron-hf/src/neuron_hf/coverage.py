@@ -16,6 +16,7 @@ replaced after a crash or a per-architecture timeout, so one failure never stops
 
     python -m neuron_hf.coverage                       # all, writes docs/architecture_coverage.md
     python -m neuron_hf.coverage llama gpt2 --output -  # a subset, table on stdout
+    python -m neuron_hf.coverage --compiled --resume cov.jsonl   # stop and rerun: goes on where it was
 """
 
 from __future__ import annotations
@@ -491,9 +492,13 @@ class _WorkerProcess:
 
 
 def run_coverage(
-    archs: Sequence[str], compiled: bool = False, jobs: int = 1, timeout: float = 180.0, progress: bool = True
+    archs: Sequence[str], compiled: bool = False, jobs: int = 1, timeout: float = 180.0, progress: bool = True,
+    on_result: Any = None,
 ) -> list[ArchResult]:
-    """Runs every architecture in ``jobs`` worker processes; results in the order of ``archs``."""
+    """Runs every architecture in ``jobs`` worker processes; results in the order of ``archs``.
+
+    ``on_result(result)`` is called (under a lock) as each architecture finishes.
+    """
     todo: queue.Queue[str] = queue.Queue()
     for arch in archs:
         todo.put(arch)
@@ -516,6 +521,8 @@ def run_coverage(
                 worker = None
             with lock:
                 results[arch] = result
+                if on_result is not None:
+                    on_result(result)
                 if progress:
                     sys.stderr.write(f"[{len(results)}/{len(archs)}] {arch}: cpu {result.cpu}, neuron {result.neuron}"
                                      + (f", compiled {result.compiled}" if compiled else "")
@@ -596,6 +603,35 @@ def render_markdown(results: Sequence[ArchResult], command: str, compiled: bool)
     return "\n".join(lines) + "\n"
 
 
+def _load_journal(path: str, compiled: bool) -> dict[str, ArchResult]:
+    """Results already recorded in a ``--resume`` journal (JSON lines) for the same columns."""
+    done: dict[str, ArchResult] = {}
+    if not os.path.exists(path):
+        return done
+    fields = {f.name for f in dataclasses.fields(ArchResult)}
+    with open(path) as f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a killed run: that architecture runs again
+            if entry.pop("_compiled", None) != compiled:
+                continue
+            result = ArchResult(**{k: v for k, v in entry.items() if k in fields})
+            done[result.arch] = result
+    return done
+
+
+def _journal_writer(path: str, compiled: bool) -> Any:
+    def write(result: ArchResult) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps({**dataclasses.asdict(result), "_compiled": compiled}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    return write
+
+
 def _default_output() -> str:
     here = os.path.abspath(os.getcwd())
     return os.path.join(here, "docs", "architecture_coverage.md")
@@ -610,13 +646,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per architecture (default 180)")
     parser.add_argument("--output", default=None, help="markdown file, '-' for stdout (default docs/architecture_coverage.md)")
     parser.add_argument("--json", default=None, help="also write the raw results as JSON to this file")
+    parser.add_argument("--resume", default=None, metavar="JOURNAL",
+                        help="JSON-lines journal: architectures already in it are not run again, new results are "
+                             "appended as they finish (lets a long --compiled run go in pieces)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args.compiled)
         return 0
     archs = args.archs or all_architectures()
-    results = run_coverage(archs, compiled=args.compiled, jobs=args.jobs, timeout=args.timeout)
+    done = _load_journal(args.resume, args.compiled) if args.resume else {}
+    todo = [a for a in archs if a not in done]
+    if done:
+        sys.stderr.write(f"{len(archs) - len(todo)} architectures taken from {args.resume}, {len(todo)} to run\n")
+    on_result = _journal_writer(args.resume, args.compiled) if args.resume else None
+    fresh = {r.arch: r for r in run_coverage(todo, compiled=args.compiled, jobs=args.jobs, timeout=args.timeout,
+                                             on_result=on_result)}
+    results = [fresh[a] if a in fresh else done[a] for a in archs]
     command = "python -m neuron_hf.coverage " + " ".join(argv if argv is not None else sys.argv[1:])
     text = render_markdown(results, command.strip(), args.compiled)
     output = args.output or _default_output()
@@ -632,6 +678,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dump([dataclasses.asdict(r) for r in results], f, indent=1)
     neuron_ok, base = _summary(results, "neuron")
     sys.stderr.write(f"neuron eager: {neuron_ok}/{base} of the architectures working on the CPU\n")
+    if args.compiled:
+        compiled_ok, _ = _summary(results, "compiled")
+        sys.stderr.write(f"neuron compiled: {compiled_ok}/{base} of the architectures working on the CPU\n")
     return 0
 
 
