@@ -83,11 +83,30 @@ def test_fallback_from_environment(fresh_compiler, monkeypatch):
         torch.compile(lambda x: x - 1, backend="neuron")(torch.ones(2, device="neuron"))
 
 
-def test_tensor_subclass_inputs_are_refused_by_name(fresh_compiler):
+def test_tensor_subclass_inputs_compile_through_their_inner_tensors(fresh_compiler):
+    """A subclass input (here TwoTensor; DTensor in practice) is desugared by AOTAutograd, and its
+    plain forward and backward graphs are compiled like any other (they used to be refused)."""
+    import neuron_compile.metrics
     from torch.testing._internal.two_tensor import TwoTensor
 
-    a = torch.randn(3, device="neuron")
-    x = TwoTensor(a, a.clone())
-    compiled = torch.compile(lambda t: t * 2, backend="neuron")
-    with pytest.raises(Exception, match="TwoTensor: the neuron compiler does not lower tensor-subclass"):
-        compiled(x)
+    a, b = torch.randn(3), torch.randn(3)
+    x = TwoTensor(a.to("neuron"), b.to("neuron")).requires_grad_()
+    out = torch.compile(lambda t: (t * 2).sin(), backend="neuron")(x)
+    assert isinstance(out, TwoTensor)
+    torch.testing.assert_close(out.a.cpu(), (a * 2).sin())
+    torch.testing.assert_close(out.b.cpu(), (b * 2).sin())
+    out.sum().backward()
+    torch.testing.assert_close(x.grad.a.cpu(), 2 * (a * 2).cos())
+    counters = neuron_compile.metrics.counters()
+    assert counters["graphs"] == 2 and counters["eager_fallbacks"] == 0  # forward and backward
+
+
+def test_the_lowering_itself_names_a_subclass_input_it_is_given():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from neuron_compile._lowering import UnsupportedGraphInput, _fake_cpu_inputs
+    from torch._subclasses import FakeTensorMode
+
+    x = TwoTensor(torch.ones(2), torch.ones(2))
+    with pytest.raises(UnsupportedGraphInput, match="graph input 0 is a TwoTensor"):
+        _fake_cpu_inputs([x], FakeTensorMode())

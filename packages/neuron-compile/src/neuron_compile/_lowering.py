@@ -30,6 +30,7 @@ from torch._inductor import codecache as _codecache
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch._inductor.runtime.cache_dir_utils import cache_dir as _inductor_cache_dir
 from torch._subclasses import FakeTensorMode
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from neuron_compile._codegen import lowering_for_neuron
@@ -91,15 +92,16 @@ def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 
 class UnsupportedGraphInput(TypeError):
-    """A graph input the lowering cannot take (a tensor subclass such as DTensor)."""
+    """A graph input the lowering cannot take (a tensor subclass such as DTensor, which the backend
+    desugars through AOTAutograd before it reaches the lowering)."""
 
 
 def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode) -> list[Any]:
     for position, value in enumerate(example_inputs):
-        if isinstance(value, torch.Tensor) and type(value) not in (torch.Tensor, torch.nn.Parameter):
+        if is_traceable_wrapper_subclass(value):
             raise UnsupportedGraphInput(
-                f"graph input {position} is a {type(value).__name__}: the neuron compiler does not "
-                "lower tensor-subclass inputs (DTensor from tensor parallelism or FSDP2) yet")
+                f"graph input {position} is a {type(value).__name__}: the lowering takes plain tensors; "
+                "compile through the 'neuron' backend, which desugars tensor subclasses (DTensor) first")
     inputs: list[Any] = []
     with fake_mode:
         for value in example_inputs:

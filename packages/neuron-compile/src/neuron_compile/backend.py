@@ -304,11 +304,40 @@ class _NeuronGraph:
         return _with_kernel_count(lowered.run, len(lowered.executable.kernels)), "compiled"
 
 
+def _has_subclass_input(example_inputs: Sequence[Any]) -> bool:
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    return any(is_traceable_wrapper_subclass(value) for value in example_inputs)
+
+
+def _compile_through_aot_autograd(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                                  options: CompileOptions) -> Callable[..., Any]:
+    """Graphs with tensor-subclass inputs (DTensor from tensor parallelism and FSDP2).
+
+    AOTAutograd desugars each subclass into its plain inner tensors (a DTensor into its local
+    shard; its redistributions are already functional collectives in the graph), partitions
+    forward and backward, and rewraps the outputs at run time. Each plain forward or backward
+    graph is then compiled like any other graph (own executable per signature, persistent cache,
+    metrics); its collectives run through the process group of the tensors' device.
+    """
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compile_plain(plain_gm: torch.fx.GraphModule, plain_inputs: list[Any]) -> Callable[..., Any]:
+        return make_boxed_func(_NeuronGraph(plain_gm, options).executable_for(plain_inputs))
+
+    backend = aot_autograd(fw_compiler=compile_plain, partition_fn=min_cut_rematerialization_partition,
+                           keep_inference_input_mutations=True)
+    return backend(gm, example_inputs)
+
+
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
                    mode: str | None = None, options: dict[str, Any] | None = None) -> Callable[..., Any]:
     """Dynamo backend: compiles ``gm`` into neuron executables, one per input signature."""
     global _warned_dynamic
     compile_options = CompileOptions.resolve(mode, options)
+    if _has_subclass_input(example_inputs):
+        return _compile_through_aot_autograd(gm, example_inputs, compile_options)
     graph = _NeuronGraph(gm, compile_options)
     if _is_symbolic(gm):
         if not torch._dynamo.config.assume_static_by_default and not _warned_dynamic:
