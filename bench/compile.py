@@ -359,26 +359,34 @@ def _run_child(neff_dir: str, inductor_dir: str, label: str) -> dict[str, Any]:
 
 
 def bench_startup(warm_runs: int, keep_root: str | None) -> dict[str, Any]:
+    """Cold process, then warm ones: "warm" keeps both caches (a second run on the same machine);
+    "neff-only" keeps only the NEFF cache, with an empty Inductor cache (the NEFF cache copied to
+    another machine of the same CPU type: the executables alone must suffice)."""
     root = tempfile.mkdtemp(prefix="bench-compile-startup-", dir=keep_root)
     neff = os.path.join(root, "neff")
+    inductor = os.path.join(root, "inductor")
     print(f"\n[startup] small model, fresh processes; caches under {root}", flush=True)
     try:
-        cold = _run_child(neff, os.path.join(root, "inductor-cold"), "cold")
-        warm = [_run_child(neff, os.path.join(root, f"inductor-warm{i}"), f"warm{i + 1}")
-                for i in range(warm_runs)]
+        cold = _run_child(neff, inductor, "cold")
+        warm = [_run_child(neff, inductor, f"warm{i + 1}") for i in range(warm_runs)]
+        neff_only = [_run_child(neff, os.path.join(root, f"inductor-empty{i}"), f"neff-only{i + 1}")
+                     for i in range(warm_runs)]
     finally:
         if keep_root is None:
             shutil.rmtree(root, ignore_errors=True)
     cold_t = cold["marks"]["first_step_done"]
     warm_t = statistics.median(w["marks"]["first_step_done"] for w in warm)
-    imports = [r["marks"]["imported"] for r in [cold, *warm]]
-    result = {"cold": cold, "warm": warm, "cold_s": cold_t, "warm_s": warm_t, "warm_fraction": warm_t / cold_t,
+    neff_only_t = statistics.median(w["marks"]["first_step_done"] for w in neff_only)
+    imports = [r["marks"]["imported"] for r in [cold, *warm, *neff_only]]
+    result = {"cold": cold, "warm": warm, "neff_only": neff_only, "cold_s": cold_t, "warm_s": warm_t,
+              "neff_only_s": neff_only_t, "warm_fraction": warm_t / cold_t,
+              "neff_only_fraction": neff_only_t / cold_t,
               "import_s_median": statistics.median(imports),
               "warm_fraction_after_imports": (warm_t - statistics.median(imports)) /
                                              (cold_t - cold["marks"]["imported"])}
     print(f"  warm / cold (launch to first step): {warm_t:.1f} / {cold_t:.1f} s = "
-          f"{100 * result['warm_fraction']:.0f}%; excluding imports: {100 * result['warm_fraction_after_imports']:.0f}%",
-          flush=True)
+          f"{100 * result['warm_fraction']:.0f}%; excluding imports: {100 * result['warm_fraction_after_imports']:.0f}%; "
+          f"NEFF cache only: {neff_only_t:.1f} s = {100 * result['neff_only_fraction']:.0f}%", flush=True)
     return result
 
 

@@ -155,6 +155,34 @@ def _kernel_binaries(source_paths: Sequence[str]) -> dict[str, bytes]:
     return binaries
 
 
+def _isa_probe_binaries() -> dict[str, bytes]:
+    """The shared objects Inductor built to probe the CPU's vector ISAs, keyed like kernels.
+
+    Before it loads any kernel, Inductor decides the vector ISA by compiling a probe program
+    per candidate ISA into its cache (two g++ runs, ~5 s here). Shipping the probes with the
+    executable lets a process with an empty Inductor cache load it without any compiler run.
+    Best effort: a torch whose probe internals differ just ships none.
+    """
+    try:
+        from torch._inductor import cpu_vec_isa
+        from torch._inductor.codecache import write
+        from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
+
+        root = _inductor_cache_dir()
+        binaries: dict[str, bytes] = {}
+        for isa in cpu_vec_isa.supported_vec_isa_list:
+            fingerprint = cpu_vec_isa._get_isa_dry_compile_fingerprint(isa.build_arch_flags())
+            key, source = write(cpu_vec_isa.VecISA._avx_code, "cpp", extra=fingerprint)
+            options = CppTorchOptions(vec_isa=isa, warning_all=False)
+            binary = CppBuilder(key, [source], options, os.path.dirname(source)).get_target_file_path()
+            if os.path.exists(binary):
+                with open(binary, "rb") as handle:
+                    binaries[os.path.relpath(binary, root)] = handle.read()
+        return binaries
+    except Exception:  # noqa: BLE001 - an optimisation of the load, never a reason to fail a compile
+        return {}
+
+
 def _serialisability_problem(gm: torch.fx.GraphModule) -> str:
     from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache, check_cacheable
 
@@ -186,5 +214,5 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lowe
         program = artifact.serialize()
     except (TypeError, AttributeError, RuntimeError):
         return LoweredGraph(artifact, None, _serialisability_problem(lowered))
-    executable = NeuronExecutable(program=program, kernels=_kernel_binaries(sources))
+    executable = NeuronExecutable(program=program, kernels=_kernel_binaries(sources), support=_isa_probe_binaries())
     return LoweredGraph(artifact, executable)

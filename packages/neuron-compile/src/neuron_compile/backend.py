@@ -94,6 +94,9 @@ def _is_module_state(placeholder: str) -> bool:
     return placeholder.startswith(("l_self_", "L_self_"))
 
 
+_SHOWN_INPUTS = 12
+
+
 def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
     """``input_ids=4x128 labels=4x128 (+22 parameters)``: the inputs a reader recognises."""
     from neuron_compile._diagnostics import readable_input_name
@@ -106,6 +109,8 @@ def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
             state += 1
         else:
             shown.append(f"{readable_input_name(name)}={'x'.join(map(str, spec[0])) or 'scalar'}")
+    if len(shown) > _SHOWN_INPUTS:  # AOTAutograd's backward graphs take dozens of saved activations
+        shown = shown[:_SHOWN_INPUTS] + [f"... {len(shown) - _SHOWN_INPUTS} more"]
     return " ".join(shown) + (f" (+{state} parameters/buffers)" if state else "")
 
 
@@ -324,7 +329,10 @@ def _compile_through_aot_autograd(gm: torch.fx.GraphModule, example_inputs: list
     from torch._dynamo.backends.common import aot_autograd
 
     def compile_plain(plain_gm: torch.fx.GraphModule, plain_inputs: list[Any]) -> Callable[..., Any]:
-        return make_boxed_func(_NeuronGraph(plain_gm, options).executable_for(plain_inputs))
+        graph = _NeuronGraph(plain_gm, options)
+        backward = any(name.startswith("tangents") for name in graph.placeholders)
+        graph.name += " backward" if backward else " forward"
+        return make_boxed_func(graph.executable_for(plain_inputs))
 
     backend = aot_autograd(fw_compiler=compile_plain, partition_fn=min_cut_rematerialization_partition,
                            keep_inference_input_mutations=True)

@@ -11,8 +11,11 @@ Byte layout::
     8 bytes   magic b"NEURONEX"
     2 bytes   format version (big-endian, 1)
     4 bytes   header length H (big-endian)
-    H bytes   JSON header: {"torch": version, "program": size, "kernels": [[path, size], ...]}
-    ...       the program, then each kernel binary in header order
+    H bytes   JSON header: {"torch": version, "program": size, "kernels": [[path, size], ...],
+              "support": [[path, size], ...]}
+    ...       the program, then each kernel binary, then each support file, in header order
+
+Support files are binaries Inductor looks for before it loads kernels (its vector-ISA probes).
 """
 
 from __future__ import annotations
@@ -45,17 +48,21 @@ class NeuronExecutable:
     program: bytes
     kernels: dict[str, bytes]  # path relative to Inductor's cache directory -> shared object
     torch_version: str = torch.__version__
+    support: dict[str, bytes] = dataclasses.field(default_factory=dict)  # same keys; not kernels
 
     def to_bytes(self) -> bytes:
         """Serialises the executable (see the module docstring for the layout)."""
         names = sorted(self.kernels)
+        support = sorted(self.support)
         header = json.dumps({
             "torch": self.torch_version,
             "program": len(self.program),
             "kernels": [[name, len(self.kernels[name])] for name in names],
+            "support": [[name, len(self.support[name])] for name in support],
         }).encode()
         parts = [_PREFIX.pack(_MAGIC, _VERSION, len(header)), header, self.program]
         parts += [self.kernels[name] for name in names]
+        parts += [self.support[name] for name in support]
         return b"".join(parts)
 
     @classmethod
@@ -73,17 +80,21 @@ class NeuronExecutable:
         except ValueError as error:
             raise ExecutableFormatError(f"neuron executable header is unreadable: {error}") from None
         offset += header_size
-        sizes = [header["program"]] + [size for _, size in header["kernels"]]
+        support_sizes = header.get("support", [])
+        sizes = [header["program"]] + [size for _, size in header["kernels"]] + [size for _, size in support_sizes]
         if offset + sum(sizes) != len(data):
             raise ExecutableFormatError(
                 f"neuron executable is {len(data)} bytes, its header describes {offset + sum(sizes)}")
         program = data[offset:offset + header["program"]]
         offset += header["program"]
-        kernels = {}
+        kernels, support = {}, {}
         for name, size in header["kernels"]:
             kernels[name] = data[offset:offset + size]
             offset += size
-        return cls(program=program, kernels=kernels, torch_version=header["torch"])
+        for name, size in support_sizes:
+            support[name] = data[offset:offset + size]
+            offset += size
+        return cls(program=program, kernels=kernels, torch_version=header["torch"], support=support)
 
     def load(self) -> Callable[..., Any]:
         """The executable as a callable taking the graph's flat inputs."""
@@ -91,9 +102,11 @@ class NeuronExecutable:
             raise ExecutableFormatError(
                 f"this neuron executable was compiled by torch {self.torch_version}, but torch "
                 f"{torch.__version__} is running; recompile it (clear the compile cache)")
-        _install_kernels(self.kernels)
+        _install_kernels(self.support | self.kernels)
         from torch._inductor.standalone_compile import AOTCompiledArtifact
 
+        # Inductor still runs the preprocessor once per process to name its precompiled header:
+        # the header is part of the kernels' cache keys, though no kernel gets compiled.
         return AOTCompiledArtifact.deserialize(self.program)
 
 
