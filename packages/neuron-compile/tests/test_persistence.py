@@ -56,6 +56,29 @@ def test_fresh_process_loads_from_disk_without_the_cpp_compiler(tmp_path):
     assert warm["BUILDS"] == "[]", "the C++ compiler built something on a cache hit (a kernel or an ISA probe)"
 
 
+_HISTC_SCRIPT = """
+    import torch
+    from neuron_compile import metrics
+    experts = torch.tensor([0, 2, 2, 3, 1, 2], device="neuron")  # an MoE router's choices
+    counts = torch.compile(lambda e: torch.histc(e, bins=4, min=0, max=3) * 2, backend="neuron")(experts)
+    print("SOURCE", [r.source for r in metrics.graphs()])
+    print("COUNTS", counts.cpu().tolist())
+"""
+
+
+def test_fresh_process_loads_a_graph_that_calls_a_device_op(tmp_path):
+    """Integer histc lowers to neuron_compile's own custom op; a process that only loads the
+    executable from disk must know that op too (it used to fail with 'no attribute histc')."""
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
+    runs = []
+    for _ in range(2):
+        result = run_python(_HISTC_SCRIPT, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line))
+    assert [r["SOURCE"] for r in runs] == ["['compiled']", "['disk']"]
+    assert runs[0]["COUNTS"] == runs[1]["COUNTS"] == "[2, 2, 6, 2]"
+
+
 def test_corrupt_entry_is_reported_and_recompiled(tmp_path):
     neff = tmp_path / "neff"
     env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(neff)}

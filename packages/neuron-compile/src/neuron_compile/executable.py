@@ -105,6 +105,8 @@ class NeuronExecutable:
         _install_kernels(self.support | self.kernels)
         from torch._inductor.standalone_compile import AOTCompiledArtifact
 
+        import neuron_compile._device_ops  # noqa: F401 - defines the custom ops programs may call
+
         # Inductor still runs the preprocessor once per process to name its precompiled header:
         # the header is part of the kernels' cache keys, though no kernel gets compiled.
         return AOTCompiledArtifact.deserialize(self.program)
