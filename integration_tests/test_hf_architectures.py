@@ -58,6 +58,11 @@ def test_comparison_flags_differences():
     assert _compare((logits, grads, tokens), (logits, {"w": grads["w"] * 1.01}, tokens))[0] == "mismatch"
     assert _compare((logits, grads, tokens), (logits, grads, [[1, 2, 4]]))[0] == "mismatch"
     assert _compare((logits, grads, tokens), (logits, {}, tokens))[0] == "mismatch"
+    # an all-zero gradient where eager has none (compiled graphs) is "no gradient" ...
+    zero = {"w": grads["w"], "pooler": torch.zeros(3)}
+    assert _compare((logits, grads, tokens), (logits, zero, tokens))[0] == "ok"
+    # ... a non-zero one is not
+    assert _compare((logits, grads, tokens), (logits, {**zero, "pooler": torch.ones(3)}, tokens))[0] == "mismatch"
 
 
 def test_resume_journal_skips_recorded_architectures(tmp_path):
