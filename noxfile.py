@@ -133,6 +133,22 @@ def hf_coverage(session: nox.Session) -> None:
 
 
 @nox.session
+def hf_coverage_compiled(session: nox.Session) -> None:
+    """The compiled column (torch.compile(backend="neuron")) for every architecture, resumable.
+
+    Several hours on 2 cores (each architecture compiles a training and a decode graph), so it
+    records each result in docs/architecture_coverage_compiled.jsonl as it finishes and skips
+    the ones already there: stop it any time and run it again to go on. Writes
+    docs/architecture_coverage_compiled.md.
+    """
+    env = _sync(session)
+    args = session.posargs or ["--jobs", "2", "--timeout", "1200"]
+    session.run("uv", "run", "--no-sync", "python", "-m", "neuron_hf.coverage", "--compiled", *args,
+                "--resume", "docs/architecture_coverage_compiled.jsonl",
+                "--output", "docs/architecture_coverage_compiled.md", external=True, env=env)
+
+
+@nox.session
 def bench_compile(session: nox.Session) -> None:
     """Compiled benchmarks: backend="neuron" vs eager and CPU Inductor (bench/compile.py).
 
