@@ -42,6 +42,10 @@ _RedOpType = dist.ReduceOp.RedOpType
 # An inline all_reduce gathers every rank's whole tensor, which gloo's all-gather moves about half
 # as fast as its all_reduce moves the tensor: worth it while latency dominates (bytes gathered, at most).
 _ALL_REDUCE_INLINE_BYTES = 1 << 20
+# An inline all_gather copies the shard into the exchange frame and every rank's rows out of it;
+# beyond ~2 MiB gathered those copies cost more than the second round trip they save
+# (bench/collectives.py: 4 MiB 1.46-1.50x gloo inline, 0.95-1.03x with the round trip).
+_ALL_GATHER_INLINE_BYTES = 2 << 20
 _GLOO_DTYPES = {
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int8, torch.uint8, torch.bool,
@@ -99,6 +103,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         inline_bytes = config.inline_bytes if self._check else 0
         self._frames = FrameExchange(self._gloo, size, inline_bytes)
         self._all_reduce_inline = min(inline_bytes, _ALL_REDUCE_INLINE_BYTES)
+        self._all_gather_inline = min(inline_bytes, _ALL_GATHER_INLINE_BYTES)
         self._plans: dict[tuple[torch.dtype, Any], Reduction] = {}
         self._coalesced: list[NeuronWork] | None = None
 
@@ -506,10 +511,11 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         if single:  # inline when the output is one flat buffer of the ranks' inputs in rank order
             in_view, out_view = host_view(first), host_view(outputs[0])
             fits = out_view.numel() == first.numel() * self._size and out_view.dtype == first.dtype
-            if fits and out_view.is_contiguous():
+            small = self._size * _nbytes(first) <= self._all_gather_inline
+            if fits and small and out_view.is_contiguous():
                 payload = in_view
         nbytes = _nbytes(first)
-        seq, inline = self._begin(signature, [*outputs, *inputs], payload, nbytes if single else 0)
+        seq, inline = self._begin(signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0)
         if inline:
             _as_bytes(out_view).view(self._size, nbytes).copy_(self._frames.last.byte_rows(nbytes))
             return self._completed(outputs)
