@@ -62,10 +62,22 @@ def report() -> str:
              f"eager: float64 ops (no float64 on Trainium): {sum(float64.values())}"
              + (f" ({', '.join(f'{op} x{n}' for op, n in sorted(float64.items()))})" if float64 else "")]
     lines += compile_metrics.report().splitlines()
-    lines.append("memory per core (allocated / peak / reserved of capacity, OOMs):")
+    # Under torchrun every rank is its own process: it can only speak for the cores it used.
+    lines.append("memory per core, this process (allocated / peak / reserved of capacity, OOMs):")
     if not figures["memory"]:
         lines.append("  device not initialised")
-    for core in figures["memory"]:
+    current = _current_core()
+    used = [c for c in figures["memory"] if c["peak"] or c["reserved"] or c["ooms"] or c["core"] == current]
+    for core in used:
         lines.append(f"  neuron:{core['core']}  {_mib(core['allocated'])} / {_mib(core['peak'])} / "
                      f"{_mib(core['reserved'])} of {_mib(core['capacity'])}, OOMs {core['ooms']}")
+    if figures["memory"] and len(used) < len(figures["memory"]):
+        lines.append(f"  ({len(figures['memory']) - len(used)} other cores not used by this process)")
     return "\n".join(lines)
+
+
+def _current_core() -> int | None:
+    try:
+        return torch.neuron.current_device()
+    except Exception:  # noqa: BLE001 - a report never fails
+        return None
