@@ -77,3 +77,14 @@ def test_resume_journal_skips_recorded_architectures(tmp_path):
     assert list(done) == ["llama"] and done["llama"].compiled == "ok"
     assert list(_load_journal(str(journal), compiled=False)) == ["gpt2"]
     assert _load_journal(str(tmp_path / "missing.jsonl"), compiled=True) == {}
+
+
+def test_report_only_renders_the_journal_without_running(tmp_path):
+    from neuron_hf.coverage import ArchResult, _journal_writer, main
+
+    journal, output = tmp_path / "cov.jsonl", tmp_path / "cov.md"
+    _journal_writer(str(journal), compiled=True)(ArchResult("llama", cpu="ok", neuron="ok", compiled="ok"))
+    assert main(["llama", "gpt2", "--compiled", "--resume", str(journal), "--report-only", "--output", str(output)]) == 0
+    text = output.read_text()
+    assert "| llama |" in text and "| gpt2 |" not in text
+    assert "1 not run yet: gpt2" in text and "neuron compiled (`torch.compile(backend=\"neuron\")`): **1/1**" in text

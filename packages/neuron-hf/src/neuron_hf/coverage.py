@@ -590,7 +590,8 @@ def _summary(results: Iterable[ArchResult], column: str) -> tuple[int, int]:
     return sum(getattr(r, column) == "ok" for r in cpu_ok), len(cpu_ok)
 
 
-def render_markdown(results: Sequence[ArchResult], command: str, compiled: bool) -> str:
+def render_markdown(results: Sequence[ArchResult], command: str, compiled: bool,
+                    not_run: Sequence[str] = ()) -> str:
     """The coverage table as markdown, with the command that produced it and a summary."""
     import torch
     import transformers
@@ -611,7 +612,8 @@ def render_markdown(results: Sequence[ArchResult], command: str, compiled: bool)
         f"Pass: logits and every gradient within {_ATOL:g} + {_RTOL:g} x max|CPU value|, generated tokens equal. "
         "Errors are given as a fraction of that tolerance.",
         "",
-        f"* architectures: {len(results)}; working on the CPU: {cpu_ok}",
+        f"* architectures: {len(results)}; working on the CPU: {cpu_ok}"
+        + (f" (and {len(not_run)} not run yet: {', '.join(not_run)})" if not_run else ""),
         f"* neuron eager: **{neuron_ok}/{base}** of those working on the CPU"
         + (f" ({100 * neuron_ok / base:.1f}%)" if base else ""),
     ]
@@ -689,6 +691,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resume", default=None, metavar="JOURNAL",
                         help="JSON-lines journal: architectures already in it are not run again, new results are "
                              "appended as they finish (lets a long --compiled run go in pieces)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="with --resume: write the table from the journal without running anything "
+                             "(architectures not in it are listed as not run yet)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -696,6 +701,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     archs = args.archs or all_architectures()
     done = _load_journal(args.resume, args.compiled) if args.resume else {}
+    if args.report_only:
+        if not args.resume:
+            parser.error("--report-only needs --resume JOURNAL")
+        archs, not_run = [a for a in archs if a in done], [a for a in archs if a not in done]
+    else:
+        not_run = []
     todo = [a for a in archs if a not in done]
     if done:
         sys.stderr.write(f"{len(archs) - len(todo)} architectures taken from {args.resume}, {len(todo)} to run\n")
@@ -704,7 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              on_result=on_result)}
     results = [fresh[a] if a in fresh else done[a] for a in archs]
     command = "python -m neuron_hf.coverage " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = render_markdown(results, command.strip(), args.compiled)
+    text = render_markdown(results, command.strip(), args.compiled, not_run)
     output = args.output or _default_output()
     if output == "-":
         sys.stdout.write(text)
