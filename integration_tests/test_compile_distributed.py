@@ -8,15 +8,11 @@ device (``_compiled_dtensor_worker.py``).
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _torchrun import rank_results, torchrun
 
 WORKER = Path(__file__).with_name("_compiled_dtensor_worker.py")
 TIMEOUT = 600.0
@@ -26,25 +22,8 @@ TOLERANCE = 1e-5  # relative to the largest magnitude of the single-device value
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out_dir = tmp_path_factory.mktemp("compiled_dtensor")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(WORKER), str(out_dir)]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "TORCH_NEURONX_NEFF_CACHE_DIR": str(out_dir / "neff")}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"torchrun timed out after {TIMEOUT:.0f} s:\n{output[-6000:]}")
-    results = []
-    for rank in range(2):
-        path = out_dir / f"rank{rank}.json"
-        assert path.exists(), f"rank {rank} wrote no result (exit {proc.returncode}):\n{output[-6000:]}"
-        result = json.loads(path.read_text())
-        assert result["ok"], f"rank {rank} failed:\n{result['error']}"
-        results.append(result)
-    assert proc.returncode == 0, output[-6000:]
-    return results
+    proc = torchrun(WORKER, [str(out_dir)], 2, TIMEOUT, env={"TORCH_NEURONX_NEFF_CACHE_DIR": str(out_dir / "neff")})
+    return rank_results(out_dir, 2, proc)
 
 
 def test_tensor_parallel_training_compiles_and_matches_one_device(ranks):

@@ -39,9 +39,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,6 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _sft_fixtures as fixtures  # noqa: E402
+from _torchrun import rank_results, torchrun  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
@@ -65,35 +63,6 @@ CASES: dict[str, tuple[int, int, dict[str, int], list[list[str]]]] = {
     # TP-sharded weights on the 2-D ("fsdp", "tp") mesh, the others (norms) sharded over "fsdp" only.
     "tp2_fsdp2": (4, 2, {"tp_size": 2, "fsdp_size": 2}, [["fsdp"], ["fsdp", "tp"]]),
 }
-
-
-def _torchrun(nproc: int, out_dir: Path, spec: dict[str, Any], timeout: float) -> subprocess.CompletedProcess:
-    """Runs the worker on ``nproc`` ranks; on timeout kills torchrun and every rank, then fails."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           str(WORKER), str(out_dir), json.dumps(spec)]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"torchrun with {nproc} processes timed out after {timeout:.0f} s:\n{output[-6000:]}")
-    return subprocess.CompletedProcess(cmd, proc.returncode, output, "")
-
-
-def _rank_results(out_dir: Path, nproc: int, proc: subprocess.CompletedProcess) -> list[dict[str, Any]]:
-    results = []
-    for rank in range(nproc):
-        path = out_dir / f"rank{rank}.json"
-        if not path.exists():
-            pytest.fail(f"rank {rank} wrote no result (exit {proc.returncode}):\n{proc.stdout[-6000:]}")
-        result = json.loads(path.read_text())
-        assert result["ok"], f"rank {rank} failed:\n{result['error']}"
-        results.append(result)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    return results
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +125,7 @@ def test_sft_distributed_matches_single_device(case: str, checkpoint: str, refer
     tp_size = config.get("tp_size", 1)
     assert per_device_batch * nproc // tp_size == fixtures.GLOBAL_BATCH  # same effective batch as the reference
     spec = {"checkpoint": checkpoint, "per_device_batch": per_device_batch, "distributed": config}
-    results = _rank_results(tmp_path, nproc, _torchrun(nproc, tmp_path, spec, LAUNCH_TIMEOUT))
+    results = rank_results(tmp_path, nproc, torchrun(WORKER, [str(tmp_path), json.dumps(spec)], nproc, LAUNCH_TIMEOUT))
 
     _check_data(results, reference, tp_size)
     for rank, result in enumerate(results):
