@@ -87,13 +87,8 @@ class NeuronExecutable:
                 f"neuron executable is {len(data)} bytes, its header describes {offset + sum(sizes)}")
         program = data[offset:offset + header["program"]]
         offset += header["program"]
-        kernels, support = {}, {}
-        for name, size in header["kernels"]:
-            kernels[name] = data[offset:offset + size]
-            offset += size
-        for name, size in support_sizes:
-            support[name] = data[offset:offset + size]
-            offset += size
+        kernels, offset = _files(data, offset, header["kernels"])
+        support, offset = _files(data, offset, support_sizes)
         return cls(program=program, kernels=kernels, torch_version=header["torch"], support=support)
 
     def load(self) -> Callable[..., Any]:
@@ -110,6 +105,15 @@ class NeuronExecutable:
         # Inductor still runs the preprocessor once per process to name its precompiled header:
         # the header is part of the kernels' cache keys, though no kernel gets compiled.
         return AOTCompiledArtifact.deserialize(self.program)
+
+
+def _files(data: bytes, offset: int, entries: list[list[Any]]) -> tuple[dict[str, bytes], int]:
+    """The files ``entries`` ([name, size] pairs) describe, read from ``data`` at ``offset``."""
+    files = {}
+    for name, size in entries:
+        files[name] = data[offset:offset + size]
+        offset += size
+    return files, offset
 
 
 def _install_kernels(kernels: dict[str, bytes]) -> None:
