@@ -67,6 +67,7 @@ class RuntimeConfig:
     initial_device: int
     float64_policy: str
     metrics_enabled: bool
+    autograd_device_threads: bool = False  # backward of neuron tensors on the engine's device threads
     error: str = ""  # non-empty: the environment is invalid and the device is unusable
 
     @property
@@ -178,9 +179,10 @@ def _parse(env: Mapping[str, str]) -> RuntimeConfig:
     _flag(env, "NEURON_LAUNCH_BLOCKING")
     _flag(env, "NEURON_RT_STOCHASTIC_ROUNDING_EN")
     metrics = _flag(env, "TORCH_NEURONX_METRICS_ENABLED")
+    device_threads = _flag(env, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS")
     local_rank = _int(env, "LOCAL_RANK", 0)
     initial = local_rank if local_rank < len(visible) else 0
-    return RuntimeConfig(profile, chips, lnc, visible, capacity, initial, policy, metrics)
+    return RuntimeConfig(profile, chips, lnc, visible, capacity, initial, policy, metrics, device_threads)
 
 
 def load_config(env: Mapping[str, str] | None = None) -> RuntimeConfig:
@@ -190,4 +192,4 @@ def load_config(env: Mapping[str, str] | None = None) -> RuntimeConfig:
         return _parse(env)
     except _ConfigError as error:
         profile = INSTANCE_PROFILES["trn2"]
-        return RuntimeConfig(profile, 1, 2, (), 0, 0, "warn", False, str(error))
+        return RuntimeConfig(profile, 1, 2, (), 0, 0, "warn", False, error=str(error))
