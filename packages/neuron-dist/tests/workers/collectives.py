@@ -372,6 +372,79 @@ def mismatch_between_inline_and_large_raises() -> str:
     return texts[0]
 
 
+def _repeat_large(step: int, numel: int) -> None:
+    """One large all_reduce, all_gather_into_tensor and reduce_scatter_tensor, checked exactly."""
+    data = (torch.arange(numel * WORLD) % 7 + RANK + step).float()  # small integers: sums are exact
+    total = sum((torch.arange(numel * WORLD) % 7 + r + step).float() for r in range(WORLD))
+    reduced = data.to(DEVICE)
+    dist.all_reduce(reduced)
+    _expect(reduced, total, f"all_reduce step {step}")
+    shard = data[:numel].to(DEVICE)
+    gathered = torch.empty(WORLD * numel, device=DEVICE)
+    dist.all_gather_into_tensor(gathered, shard)
+    _expect(gathered, torch.cat([(torch.arange(numel) % 7 + r + step).float() for r in range(WORLD)]),
+            f"all_gather_into_tensor step {step}")
+    out = torch.empty(numel, device=DEVICE)
+    dist.reduce_scatter_tensor(out, data.to(DEVICE))
+    _expect(out, total[RANK * numel:(RANK + 1) * numel], f"reduce_scatter_tensor step {step}")
+
+
+# Above every inline limit at 2 and 4 ranks (reduce_scatter_tensor gathers its whole input)
+_LARGE = 1 << 20
+
+
+@cases.case
+def repeated_large_collectives_overlap_their_check() -> list[int]:
+    """From the third identical call on, the signature check travels with the data (one round
+    trip); results stay exact, step after step (neuron_dist._speculation)."""
+    streaks = dist.group.WORLD._streaks
+    hits = streaks.hits
+    for step in range(5):
+        _repeat_large(step, _LARGE)
+    return [streaks.hits - hits]  # 3 predicted calls of each of the 3 operations
+
+
+@cases.case
+def predicted_calls_that_change_together_stay_correct() -> list[int]:
+    """Every rank changes size after a streak: the prediction misses on all of them, the
+    scratch collective is discarded and the real one runs."""
+    streaks = dist.group.WORLD._streaks
+    misses = streaks.misses
+    for step in range(3):
+        _repeat_large(step, _LARGE)
+    _repeat_large(3, _LARGE // 2)  # all three operations predicted the larger size
+    _repeat_large(4, _LARGE // 2)
+    return [streaks.misses - misses]
+
+
+@cases.case
+def mismatch_after_a_streak_raises_on_every_rank() -> list[str]:
+    """A rank that leaves a predicted pattern alone still gets a clear error on every rank, and
+    the group stays in step."""
+    texts = []
+    for step in range(3):
+        _repeat_large(step, _LARGE)
+    tensor = torch.ones(_LARGE if RANK == 0 else 2 * _LARGE, device=DEVICE)
+    try:
+        dist.all_reduce(tensor)
+    except neuron_dist.CollectiveMismatchError as error:
+        texts.append(str(error))
+        assert f"float32[{_LARGE}]" in texts[-1] and f"float32[{2 * _LARGE}]" in texts[-1], texts[-1]
+    else:
+        raise AssertionError("no error for a mismatched all_reduce after a streak")
+    for step in range(3):
+        _repeat_large(step, _LARGE)
+    shard = torch.ones(_LARGE if RANK == 0 else _LARGE // 2, device=DEVICE)
+    try:
+        dist.all_gather_into_tensor(torch.empty(WORLD * shard.numel(), device=DEVICE), shard)
+    except neuron_dist.CollectiveMismatchError as error:
+        texts.append(str(error))
+    else:
+        raise AssertionError("no error for a mismatched all_gather_into_tensor after a streak")
+    _repeat_large(9, _LARGE)  # still in step, and predicting again from scratch
+    return texts
+
+
 @cases.case
 def inline_and_gloo_paths_agree_with_gloo() -> None:
     """Small (inline) and large (gloo) all_reduce, all_gather and reduce_scatter of random float32
