@@ -27,9 +27,6 @@ CASES = [
     "mismatched_collectives_raise",
     "mismatch_between_inline_and_large_raises",
     "inline_and_gloo_paths_agree_with_gloo",
-    "repeated_large_collectives_overlap_their_check",
-    "predicted_calls_that_change_together_stay_correct",
-    "mismatch_after_a_streak_raises_on_every_rank",
     "wrong_device_names_backend_and_device",
     "cpu_tensors_also_work",
     "hsdp_on_2x2_mesh_matches_single_device",
@@ -50,9 +47,5 @@ def test_collective(run: tuple[int, list[dict]], case: str) -> None:
     values = assert_case(per_rank, case)
     if case == "binds_local_core":
         assert values == list(range(world))
-    if case == "repeated_large_collectives_overlap_their_check":
-        assert values == [[9]] * world, values
-    if case == "predicted_calls_that_change_together_stay_correct":
-        assert values == [[3]] * world, values
     if case == "hsdp_on_2x2_mesh_matches_single_device":
         assert (values[0] is None) == (world != 4), values

@@ -124,7 +124,6 @@ class FrameExchange:
         self._buffers: OrderedDict[int, _Frames] = OrderedDict()
         self._encoded: dict[Signature, list[int]] = {}
         self.last: _Frames | None = None  # the buffers of the last exchange (its payloads, if inline)
-        self.agreed = False  # whether every rank's header of the last exchange was this rank's
 
     def _next_slot(self, wanted: int) -> int:
         slot = max(_MIN_SLOT, _round_up(wanted, _ALIGN))
@@ -170,24 +169,10 @@ class FrameExchange:
         ``payload`` (a CPU tensor, any dtype, contiguous or not) is what this rank would carry
         inline, ``wanted`` its size in bytes (0 for collectives that never inline; give it even
         when ``payload`` is None so the next slot fits). ``where()`` names the collective for a
-        mismatch message; ``diagnose(error)`` turns a transport error into the error to raise.
-        Returns whether every rank's payload travelled inline (read it from :attr:`last`); if
-        not, the caller runs gloo's collective.
+        mismatch message; ``diagnose(error)`` turns a transport error into the error to raise. Returns the gathered frames as a
+        whether every rank's payload travelled inline (read it from :attr:`last`); if not, the
+        caller runs gloo's collective.
         """
-        frames, inline, work = self.post(signature, seq, diagnose, payload, wanted)
-        self.wait(work, diagnose)
-        return self.settle(frames, inline, where)
-
-    def post(
-        self,
-        signature: Signature,
-        seq: int,
-        diagnose: Callable[[BaseException], BaseException],
-        payload: torch.Tensor | None = None,
-        wanted: int = 0,
-    ) -> tuple[_Frames, bool, dist.Work]:
-        """Starts the frame all-gather (see :meth:`exchange`); returns the frames, whether this
-        rank's payload went inline, and gloo's work. Finish with :meth:`wait` and :meth:`settle`."""
         frames = self._frames(self._slot)
         self.last = frames
         header = frames.header
@@ -200,32 +185,14 @@ class FrameExchange:
         if inline and wanted:
             frames.send_view(payload.dtype, payload.shape).copy_(payload)
         try:
-            return frames, inline, self._gloo._allgather_base(frames.recv, frames.send)
+            self._gloo._allgather_base(frames.recv, frames.send).wait()
         except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
             raise diagnose(error) from error
-
-    @staticmethod
-    def wait(work: dist.Work, diagnose: Callable[[BaseException], BaseException]) -> None:
-        """Waits for a posted exchange, turning transport errors into ``diagnose(error)``."""
-        try:
-            work.wait()
-        except Exception as error:  # noqa: BLE001
-            raise diagnose(error) from error
-
-    def settle(self, frames: _Frames, inline: bool, where: Callable[[], str]) -> bool:
-        """Compares the gathered signatures (raises on a mismatch, on every rank alike), sizes the
-        next slot, and sets :attr:`agreed`; returns whether every payload travelled inline."""
-        width = self._width
-        self.agreed = frames.headers_equal()
-        if self.agreed:
-            self._update_slot(frames.header[width + 1])
+        if frames.headers_equal():
+            self._update_slot(wanted)
             return inline
         headers = frames.headers()
         self._update_slot(int(headers[:, width + 1].max()))  # before raising: every rank agrees
         check_signatures(headers[:, :width].contiguous(), self._size, where())
         # compatible signatures that differ in fields that need not agree (all_gather input shapes)
         return bool((headers[:, width] >= 0).all())
-
-    def never_inlines(self, gathered_bytes: int) -> bool:
-        """Whether a payload whose frames would gather ``gathered_bytes`` can never travel inline."""
-        return gathered_bytes > self._limit

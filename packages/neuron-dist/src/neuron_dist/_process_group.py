@@ -6,12 +6,10 @@ the collectives this rank issued on it, from 1.
 
 Every collective runs on gloo's transport (one ``ProcessGroupGloo`` per group, on the group's
 store) over zero-copy CPU views of the neuron tensors, so gloo reads and writes device memory
-directly. With every collective the ranks exchange signatures (:mod:`neuron_dist._signature`) so a
+directly. Before data moves, the ranks exchange signatures (:mod:`neuron_dist._signature`) so a
 disagreement raises a clear error on every rank instead of aborting or corrupting; small
 all_reduce, all_gather_into_tensor and reduce_scatter_tensor calls travel inside that exchange
-and finish locally (:mod:`neuron_dist._frames`), so they cost one all-gather; larger ones that
-repeat the group's previous call send their data alongside the exchange instead of after it
-(:mod:`neuron_dist._speculation`); failures are
+and finish locally (:mod:`neuron_dist._frames`), so they cost one all-gather; failures are
 diagnosed with the collective's name, sequence number and the ranks that did not arrive
 (:mod:`neuron_dist._arrivals`). CPU tensors are accepted too (passed to gloo as they are).
 """
@@ -33,7 +31,6 @@ from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
 from neuron_dist._reductions import Reduction, plan_reduction, reduce_op_type
 from neuron_dist._signature import Signature
-from neuron_dist._speculation import Launch, Streaks, scratch_launcher
 from neuron_dist._work import NeuronWork
 
 __all__ = ["ProcessGroupNeuron", "BACKEND_NAME"]
@@ -109,7 +106,6 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self._all_gather_inline = min(inline_bytes, _ALL_GATHER_INLINE_BYTES)
         self._plans: dict[tuple[torch.dtype, Any], Reduction] = {}
         self._coalesced: list[NeuronWork] | None = None
-        self._streaks = Streaks()
 
     # ---- identity ------------------------------------------------------------------------
 
@@ -282,67 +278,6 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             self._coalesced.append(work)
         return work
 
-    # ---- predicted signatures (see neuron_dist._speculation) ------------------------------------
-
-    def _predictable(self, signature: Signature) -> bool:
-        """Whether ``signature`` is a collective that never travels inside the exchange."""
-        if not self._check or signature.dtype is None or signature.numel is None:
-            return False
-        gathered = self._size * signature.numel * signature.dtype.itemsize
-        if signature.op == "all_reduce":
-            return gathered > self._all_reduce_inline
-        if signature.op == "all_gather_into_tensor":
-            return gathered > self._all_gather_inline
-        if signature.op == "reduce_scatter_tensor":
-            return self._frames.never_inlines(gathered)
-        return False
-
-    def _record(self, signature: Signature, scratch: Launch, previous: Any) -> None:
-        """After a plain (unpredicted) exchange of ``signature``: extends or starts its streak."""
-        if self._predictable(signature):
-            self._streaks.record(signature, self._frames.agreed, scratch, previous)
-
-    def _speculate(
-        self,
-        signature: Signature,
-        tensors: Sequence[torch.Tensor],
-        start: Launch,
-        scratch: Launch,
-        result: Any,
-        keep: Any,
-        finish: Callable[[], None] | None,
-    ) -> NeuronWork:
-        """Runs a collective of a predicted operation: the exchange and the data move together."""
-        op = signature.op
-        self._check_devices(op, tensors)
-        self._seq += 1
-        seq = self._seq
-        self._board.enter(seq)
-        predicted = self._streaks.take(op)
-        assert predicted is not None
-        hit = signature == predicted.signature
-
-        def diagnose(error: BaseException) -> BaseException:
-            return self._diagnose(op, seq, error)
-
-        frames, _, exchange = self._frames.post(signature, seq, diagnose)
-        try:
-            works = start() if hit else predicted.scratch()
-        except Exception as error:  # noqa: BLE001
-            raise diagnose(error) from error
-        self._frames.wait(exchange, diagnose)
-        if hit and frames.headers_equal():  # every rank's real collective is already in flight
-            self._frames.settle(frames, False, lambda: self._where(op, seq))
-            self._streaks.record(signature, True, predicted.scratch, predicted)
-            self._streaks.hits += 1
-            return self._launch(op, seq, lambda: works, result, keep, finish)
-        self._streaks.misses += 1
-        for work in works:  # gloo's messages had the predicted sizes on every rank: let them land
-            self._frames.wait(work, diagnose)
-        self._frames.settle(frames, False, lambda: self._where(op, seq))  # raises if the calls disagree
-        self._record(signature, scratch, None)
-        return self._launch(op, seq, start, result, keep, finish)
-
     # ---- reductions -------------------------------------------------------------------------
 
     def allreduce(self, tensors: list[torch.Tensor], opts: _c10d.AllreduceOptions | None = None) -> NeuronWork:
@@ -359,23 +294,19 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def _allreduce(self, op: str, tensors: list[torch.Tensor], reduce_op: Any, timeout: timedelta) -> NeuronWork:
         first = tensors[0]
+        single = (
+            len(tensors) == 1
+            and self._size * _nbytes(first) <= self._all_reduce_inline
+            and self._inlines(first.dtype, reduce_op)
+        )
         signature = Signature(
             op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in tensors),
             reduce_op=int(reduce_op_type(reduce_op)),
         )
-        predicted = self._streaks.prediction(op) is not None
-        single = (
-            not predicted
-            and len(tensors) == 1
-            and self._size * _nbytes(first) <= self._all_reduce_inline
-            and self._inlines(first.dtype, reduce_op)
-        )
         view = host_view(first) if single else None
-        if not predicted:
-            previous = self._streaks.take(op)
-            seq, inline = self._begin(signature, tensors, view, _nbytes(first) if single else 0)
-        plan = self._plan(first.dtype, reduce_op, op, self._seq if not predicted else self._seq + 1)
-        if not predicted and inline:
+        seq, inline = self._begin(signature, tensors, view, _nbytes(first) if single else 0)
+        plan = self._plan(first.dtype, reduce_op, op, seq)
+        if inline:
             plan.reduce_rows(self._frames.last.rank_rows(first.dtype, 0, first.shape), view)
             return self._completed(tensors)
         views = [view] if single else host_views(tensors)
@@ -384,18 +315,13 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         gloo_opts.reduceOp = plan.op
         gloo_opts.timeout = timeout
 
-        def launch(wire_list: list[torch.Tensor]) -> list[dist.Work]:
-            return [self._gloo.allreduce([w], gloo_opts) for w in wire_list]
-
         def finish() -> None:
             for wire, view in zip(wires, views):
                 plan.from_wire(wire, view)
 
-        scratch = scratch_launcher(launch, wires)
-        if predicted:
-            return self._speculate(signature, tensors, lambda: launch(wires), scratch, tensors, tensors, finish)
-        self._record(signature, scratch, previous)
-        return self._launch(op, seq, lambda: launch(wires), tensors, tensors, finish)
+        return self._launch(
+            op, seq, lambda: [self._gloo.allreduce([w], gloo_opts) for w in wires], tensors, tensors, finish
+        )
 
     def reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions | None = None) -> NeuronWork:
         """Reduce to ``opts.rootRank``."""
@@ -473,20 +399,16 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs),
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
-        predicted = self._streaks.prediction(op) is not None
-        single = (not predicted and len(inputs) == 1 and len(outputs) == 1 and self._check
-                  and self._inlines(first.dtype, opts.reduceOp))
+        single = len(inputs) == 1 and len(outputs) == 1 and self._check and self._inlines(first.dtype, opts.reduceOp)
         payload = None
         if single:
             in_view, out_view = host_view(first), host_view(outputs[0])
             chunk = out_view.numel()
             if in_view.numel() == chunk * self._size and in_view.dtype == out_view.dtype:
                 payload = in_view
-        if not predicted:
-            previous = self._streaks.take(op)
-            seq, inline = self._begin(signature, [*outputs, *inputs], payload, _nbytes(first) if single else 0)
-        plan = self._plan(first.dtype, opts.reduceOp, op, self._seq if not predicted else self._seq + 1)
-        if not predicted and inline:
+        seq, inline = self._begin(signature, [*outputs, *inputs], payload, _nbytes(first) if single else 0)
+        plan = self._plan(first.dtype, opts.reduceOp, op, seq)
+        if inline:
             plan.reduce_rows(self._frames.last.rank_rows(first.dtype, self._rank * chunk, out_view.shape), out_view)
             return self._completed(outputs)
         out_views = [v.reshape(-1) for v in host_views(outputs)]
@@ -494,19 +416,15 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         in_wires = [plan.to_wire(v.reshape(-1)) for v in host_views(inputs)]
         gloo_opts = self._reduce_scatter_opts(plan.op, opts)
 
-        def launch(outs: list[torch.Tensor], ins: list[torch.Tensor]) -> list[dist.Work]:
-            return [self._gloo._reduce_scatter_base(o, i, gloo_opts) for o, i in zip(outs, ins)]
-
         def finish() -> None:
             for wire, view in zip(out_wires, out_views):
                 plan.from_wire(wire, view)
 
-        scratch = scratch_launcher(launch, out_wires, in_wires)
-        if predicted:
-            return self._speculate(signature, [*outputs, *inputs], lambda: launch(out_wires, in_wires), scratch,
-                                   outputs, (outputs, inputs), finish)
-        self._record(signature, scratch, previous)
-        return self._launch(op, seq, lambda: launch(out_wires, in_wires), outputs, (outputs, inputs), finish)
+        return self._launch(
+            op, seq,
+            lambda: [self._gloo._reduce_scatter_base(o, i, gloo_opts) for o, i in zip(out_wires, in_wires)],
+            outputs, (outputs, inputs), finish,
+        )
 
     @staticmethod
     def _reduce_scatter_opts(op: Any, opts: _c10d.ReduceScatterOptions) -> _c10d.ReduceScatterOptions:
@@ -587,8 +505,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
     ) -> NeuronWork:
         first = inputs[0]
-        predicted = self._streaks.prediction(op) is not None
-        single = not predicted and len(inputs) == 1 and len(outputs) == 1 and self._check
+        single = len(inputs) == 1 and len(outputs) == 1 and self._check
         signature = Signature(op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs))
         payload = None
         if single:  # inline when the output is one flat buffer of the ranks' inputs in rank order
@@ -598,25 +515,17 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             if fits and small and out_view.is_contiguous():
                 payload = in_view
         nbytes = _nbytes(first)
-        if not predicted:
-            previous = self._streaks.take(op)
-            seq, inline = self._begin(signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0)
-            if inline:
-                _as_bytes(out_view).view(self._size, nbytes).copy_(self._frames.last.byte_rows(nbytes))
-                return self._completed(outputs)
+        seq, inline = self._begin(signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0)
+        if inline:
+            _as_bytes(out_view).view(self._size, nbytes).copy_(self._frames.last.byte_rows(nbytes))
+            return self._completed(outputs)
         # flat buffers: gloo insists on an output shaped (world, *input.shape); NCCL (and we) take any shape
         outs = _wires([v.reshape(-1) for v in host_views(outputs)])
         ins = _wires([v.reshape(-1) for v in host_views(inputs)])
-
-        def launch(out_wires: list[torch.Tensor], in_wires: list[torch.Tensor]) -> list[dist.Work]:
-            return [self._gloo._allgather_base(o, i, opts) for o, i in zip(out_wires, in_wires)]
-
-        scratch = scratch_launcher(launch, outs, ins)
-        if predicted:
-            return self._speculate(signature, [*outputs, *inputs], lambda: launch(outs, ins), scratch,
-                                   outputs, (outputs, inputs), None)
-        self._record(signature, scratch, previous)
-        return self._launch(op, seq, lambda: launch(outs, ins), outputs, (outputs, inputs))
+        return self._launch(
+            op, seq, lambda: [self._gloo._allgather_base(o, i, opts) for o, i in zip(outs, ins)],
+            outputs, (outputs, inputs),
+        )
 
     def all_to_all_single(
         self,

@@ -1,11 +1,9 @@
-"""Collective signatures: what each rank is about to do, compared across ranks.
+"""Collective signatures: what each rank is about to do, compared across ranks before any data moves.
 
 Gloo aborts the whole process when ranks disagree on a message's size, and silently mixes data when
 they disagree on a dtype of the same width. So before every collective the ranks exchange a small
 fixed-size signature (sequence number, operation, dtype, shape, root, reduce op, all-to-all splits)
 and all of them raise the same :class:`CollectiveMismatchError` when the signatures disagree.
-Data moves after the comparison, or with it when every rank's message size is already known
-(collectives inside the exchange, and predicted repeats: :mod:`neuron_dist._speculation`).
 """
 
 from __future__ import annotations
