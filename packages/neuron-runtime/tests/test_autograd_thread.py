@@ -1,4 +1,6 @@
-"""Backward of neuron tensors runs on the calling thread (see ``neuron_runtime._autograd``)."""
+"""Backward of neuron tensors runs on the thread that initialised the device (DeviceState.cpp:
+``lazyInitDevice`` turns autograd multithreading off for that thread), not on PyTorch's
+per-device autograd thread; processes that never use the device keep PyTorch's default."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ def _backward_thread(device: str) -> tuple[int, torch.Tensor]:
 
 
 def test_backward_runs_on_the_calling_thread():
+    torch.neuron.init()  # the test process's main thread initialised the device (or does now)
     assert not torch._C._is_multithreading_enabled()
     ident, grad = _backward_thread("neuron")
     assert ident == threading.get_ident()
@@ -70,24 +73,41 @@ def test_checkpointed_backward_matches_the_cpu(reentrant: bool):
         torch.testing.assert_close(neuron_grad, cpu_grad)
 
 
+_PROBE = """
+    import os, threading, torch
+    before = torch._C._is_multithreading_enabled()  # import torch alone changes nothing
+    x = torch.ones(3, device="neuron", requires_grad=True)
+    seen = []
+    x.register_hook(lambda grad: seen.append(threading.get_ident()))
+    (x * 2).sum().backward()
+    print(before, seen[0] != threading.get_ident(), torch._C._is_multithreading_enabled(), flush=True)
+    # PyTorch's device threads may still be dropping the hook's Python references while the
+    # interpreter finalizes (a shutdown race of that mode, not of the runtime).
+    os._exit(0)
+"""
+
+
+def test_first_use_moves_backward_to_the_calling_thread(python_in_subprocess):
+    result = python_in_subprocess(_PROBE)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False", "False"]
+
+
 def test_device_threads_opt_in(python_in_subprocess):
-    code = """
-        import os, sys, threading, torch
-        x = torch.ones(3, device="neuron", requires_grad=True)
-        seen = []
-        x.register_hook(lambda grad: seen.append(threading.get_ident()))
+    result = python_in_subprocess(_PROBE, {"TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "True"]
+
+
+def test_a_process_that_never_uses_the_device_keeps_the_default(python_in_subprocess):
+    result = python_in_subprocess("""
+        import torch
+        x = torch.ones(3, requires_grad=True)
         (x * 2).sum().backward()
-        print(seen[0] != threading.get_ident(), torch._C._is_multithreading_enabled(), flush=True)
-        # PyTorch's device threads may still be dropping the hook's Python references while
-        # the interpreter finalizes (a shutdown race of that mode, not of the runtime).
-        os._exit(0)
-    """
-    opted_in = python_in_subprocess(code, {"TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS": "1"})
-    assert opted_in.returncode == 0, opted_in.stderr
-    assert opted_in.stdout.split() == ["True", "True"]
-    default = python_in_subprocess(code)
-    assert default.returncode == 0, default.stderr
-    assert default.stdout.split() == ["False", "False"]
+        print(torch.neuron.is_available(), torch._C._is_multithreading_enabled())
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"]
 
 
 def test_flag_is_parsed():

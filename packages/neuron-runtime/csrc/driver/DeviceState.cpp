@@ -3,6 +3,7 @@
 
 #include "driver/RuntimeConfig.h"
 
+#include <c10/core/AutogradState.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -72,6 +73,12 @@ void lazyInitDevice() {
     checkRuntimeConfig();
     TORCH_CHECK(deviceCount() > 0, "neuron: no NeuronCores are visible (NEURON_RT_NUM_CORES=0?).");
     pthread_atfork(nullptr, nullptr, &markChildAsBadFork);
+    if (runtimeConfig().backward_on_calling_thread) {
+      // The device is host code: PyTorch's per-device autograd thread would only add a second
+      // OpenMP team fighting this thread's for the cores. Thread-local, as
+      // torch.autograd.set_multithreading_enabled(False) is.
+      c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+    }
     g_initialized.store(true, std::memory_order_release);
   });
 }

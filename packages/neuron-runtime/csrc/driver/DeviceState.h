@@ -17,7 +17,9 @@ c10::DeviceIndex currentDevice();
 void setCurrentDevice(c10::DeviceIndex index);
 
 // Lazily initialises the runtime: validates the configuration and refuses a forked
-// child of an initialised parent. Cheap after the first call.
+// child of an initialised parent. Cheap after the first call. Unless configured otherwise, the
+// initialising thread then runs the backward work of neuron tensors itself instead of handing it
+// to PyTorch's per-device autograd thread (autograd multithreading off for that thread).
 void lazyInitDevice();
 bool isInitialized() noexcept;
 

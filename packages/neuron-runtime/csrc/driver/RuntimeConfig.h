@@ -17,6 +17,7 @@ struct RuntimeConfig {
   int64_t capacity_bytes = 0;             // HBM per visible core
   int64_t initial_device = 0;             // LOCAL_RANK under torchrun, else 0
   Float64Policy float64 = Float64Policy::kWarn;
+  bool backward_on_calling_thread = true;  // see lazyInitDevice (DeviceState.h)
   std::string error;                      // non-empty: the environment was invalid
 };
 

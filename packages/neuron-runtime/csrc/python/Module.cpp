@@ -49,7 +49,8 @@ py::dict memoryStats(c10::DeviceIndex device) {
 }
 
 void configure(const std::string& instance, int64_t device_count, int64_t capacity_bytes,
-               int64_t initial_device, int float64_policy, const std::string& error) {
+               int64_t initial_device, int float64_policy, const std::string& error,
+               bool backward_on_calling_thread) {
   RuntimeConfig config;
   config.instance = instance;
   config.device_count = device_count;
@@ -57,6 +58,7 @@ void configure(const std::string& instance, int64_t device_count, int64_t capaci
   config.initial_device = initial_device;
   config.float64 = static_cast<Float64Policy>(float64_policy);
   config.error = error;
+  config.backward_on_calling_thread = backward_on_calling_thread;
   setRuntimeConfig(std::move(config));
 }
 

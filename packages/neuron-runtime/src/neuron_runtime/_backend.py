@@ -24,11 +24,9 @@ def register() -> None:
         config.initial_device,
         {"allow": 0, "warn": 1, "error": 2}[config.float64_policy],
         config.error,
+        not config.autograd_device_threads,
     )
     _C._set_op_metrics_enabled(config.metrics_enabled)
-    from neuron_runtime._autograd import run_backward_on_calling_thread
-
-    run_backward_on_calling_thread(config.autograd_device_threads)
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     from neuron_runtime import neuron as device_module
