@@ -19,6 +19,9 @@ Environment variables (the hardware runtime's own, plus emulator-only ``NEURON_E
 ``NEURON_LAUNCH_BLOCKING``          ``0``/``1``; the emulator always executes synchronously.
 ``NEURON_RT_STOCHASTIC_ROUNDING_EN`` ``0``/``1``; accepted, not emulated.
 ``TORCH_NEURONX_METRICS_ENABLED``   ``0``/``1``: count every op run on the device.
+``TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS`` ``1``: keep PyTorch's per-device autograd threads (by
+                                    default the thread that initialises the device runs
+                                    neuron backward work itself).
 ``LOCAL_RANK``                      under torchrun, the initial current device.
 ==================================  ===========================================================
 """
