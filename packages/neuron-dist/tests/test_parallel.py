@@ -13,6 +13,7 @@ CASES = [
     "tensor_parallel_colwise_rowwise",
     "sequence_parallel_plan",
     "dtensor_distribute_redistribute_ops",
+    "dtensor_random_ops_draw_per_shard",
     "dtensor_compiled_with_functional_collectives",
 ]
 

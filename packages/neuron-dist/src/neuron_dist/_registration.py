@@ -6,6 +6,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from neuron_dist import _dtensor_random
 from neuron_dist._process_group import BACKEND_NAME, ProcessGroupNeuron
 
 __all__ = ["register"]
@@ -13,6 +14,7 @@ __all__ = ["register"]
 
 def _create(options: Any, backend_options: Any = None) -> ProcessGroupNeuron:
     """Backend factory ``init_process_group`` and ``new_group`` call (extended API)."""
+    _dtensor_random.install()  # DTensor is imported here, not at ``import torch``
     return ProcessGroupNeuron(
         options.store,
         options.group_rank,

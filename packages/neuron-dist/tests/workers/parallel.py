@@ -189,6 +189,25 @@ def dtensor_distribute_redistribute_ops() -> None:
 
 
 @cases.case
+def dtensor_random_ops_draw_per_shard() -> bool:
+    """nn.init and dropout on neuron DTensors run on each shard with its rank's generator, as
+    on CPU meshes (DTensor's offset rewriting needs a Philox state, which the device lacks)."""
+    weight = distribute_tensor(torch.empty(8, 6, device=DEVICE), MESH, [Shard(0)])
+    torch.manual_seed(7 + RANK)
+    torch.nn.init.kaiming_uniform_(weight, a=0.1)  # how FSDP2/TP modules initialise parameters
+    torch.manual_seed(7 + RANK)
+    expected = torch.nn.init.kaiming_uniform_(torch.empty(8 // WORLD, 6, device=DEVICE), a=0.1)
+    _close(weight.to_local(), expected, "kaiming_uniform_ on the local shard", atol=0, rtol=0)
+    full = weight.full_tensor()
+    assert not torch.equal(full[: 8 // WORLD], full[8 // WORLD: 2 * (8 // WORLD)]), "ranks drew equal shards"
+    dropped = torch.nn.functional.dropout(weight, p=0.5, training=True)
+    kept = dropped.to_local() != 0
+    assert isinstance(dropped, DTensor) and 0 < int(kept.sum()) < kept.numel(), "dropout kept all or none"
+    _close(dropped.to_local()[kept], 2 * weight.to_local()[kept], "dropout scaling")
+    return True
+
+
+@cases.case
 def dtensor_compiled_with_functional_collectives() -> None:
     """A DTensor program under torch.compile traces its collectives as functional collectives."""
     gen = torch.Generator().manual_seed(4)
