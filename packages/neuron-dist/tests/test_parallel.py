@@ -8,6 +8,7 @@ from conftest import assert_case, launch, results
 
 CASES = [
     "ddp_matches_single_device",
+    "ddp_device_ids_moves_cpu_inputs",
     "fsdp2_fp32_matches_single_device",
     "fsdp2_bf16_mixed_precision_matches_single_device",
     "tensor_parallel_colwise_rowwise",

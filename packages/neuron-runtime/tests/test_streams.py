@@ -60,3 +60,25 @@ def test_synchronize_and_stream_synchronize():
     torch.neuron.synchronize()
     torch.neuron.Stream().synchronize()
     torch.accelerator.synchronize()
+
+
+def test_record_stream_on_neuron_streams():
+    # What DDP does after copying CPU inputs to the device on a side stream.
+    side = torch.neuron.Stream()
+    with torch.neuron.stream(side):
+        copied = torch.arange(6.0).to("neuron")
+    current = torch.neuron.current_stream()
+    current.wait_stream(side)
+    copied.record_stream(current)
+    copied.record_stream(side)
+    torch.neuron.synchronize()
+    assert copied.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_record_stream_rejects_other_devices_streams():
+    tensor = torch.ones(2, device="neuron:0")
+    with pytest.raises(RuntimeError, match="neuron stream"):
+        tensor.record_stream(torch.Stream(device="cpu"))
+    if torch.neuron.device_count() > 1:
+        with pytest.raises(RuntimeError, match="belongs to neuron:1"):
+            tensor.record_stream(torch.neuron.Stream(device=1))

@@ -73,6 +73,21 @@ def ddp_matches_single_device() -> float:
     return ref_loss
 
 
+@cases.case
+def ddp_device_ids_moves_cpu_inputs() -> float:
+    """DDP with device_ids copies CPU inputs to the core on a side stream (record_stream)."""
+    reference = _mlp().to(DEVICE)
+    ddp = DistributedDataParallel(copy.deepcopy(reference), device_ids=[DEVICE.index])
+    batch = _batches()
+    ref_loss, ref_grads = _reference_grads(reference, batch)
+    loss = ddp(batch[RANK::WORLD].cpu()).pow(2).mean()
+    assert loss.device == DEVICE, loss.device
+    loss.backward()
+    for name, param in ddp.module.named_parameters():
+        _close(param.grad, ref_grads[name], f"grad {name}")
+    return ref_loss
+
+
 def _fsdp_step(mp: MixedPrecisionPolicy | None, reference: nn.Module) -> tuple[torch.Tensor, nn.Module]:
     model = copy.deepcopy(reference)
     kwargs = {"mesh": MESH} | ({"mp_policy": mp} if mp else {})
