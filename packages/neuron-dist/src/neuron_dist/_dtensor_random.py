@@ -10,7 +10,8 @@ dropout on sharded activations) failed with an AssertionError inside DTensor.
 
 Neuron meshes therefore take DTensor's path for CPU meshes: a random op on a DTensor runs on
 each rank's local shard with that rank's generator (seed ranks as the program needs: equal
-seeds give equal draws on every shard). DTensor emits its own warning once saying so.
+seeds give equal draws on every shard). As for CPU meshes, DTensor's own
+``manual_seed(seed, mesh)`` warns and seeds nothing: seed with ``torch.manual_seed``.
 """
 
 from __future__ import annotations
