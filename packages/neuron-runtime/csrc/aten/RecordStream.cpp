@@ -11,9 +11,8 @@
 namespace neuron {
 namespace {
 
+// Dispatched for neuron tensors only, so `self` is always on a NeuronCore.
 void record_stream(at::Tensor& self, c10::Stream stream) {
-  TORCH_CHECK(self.device().type() == c10::DeviceType::PrivateUse1,
-              "record_stream: expected a neuron tensor, got one on ", self.device());
   TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
               "record_stream: a neuron tensor can only be recorded on a neuron stream, got a ",
               stream.device_type(), " stream; pass torch.neuron.current_stream() or a torch.neuron.Stream");
