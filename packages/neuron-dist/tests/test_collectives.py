@@ -28,6 +28,7 @@ CASES = [
     "mismatch_between_inline_and_large_raises",
     "inline_and_gloo_paths_agree_with_gloo",
     "wrong_device_names_backend_and_device",
+    "collectives_pass_through_c10d_dispatcher_ops",
     "cpu_tensors_also_work",
     "hsdp_on_2x2_mesh_matches_single_device",
 ]

@@ -11,6 +11,7 @@ CASES = [
     "ddp_device_ids_moves_cpu_inputs",
     "fsdp2_fp32_matches_single_device",
     "fsdp2_bf16_mixed_precision_matches_single_device",
+    "fsdp2_collectives_visible_to_comm_debug_mode",
     "tensor_parallel_colwise_rowwise",
     "sequence_parallel_plan",
     "dtensor_distribute_redistribute_ops",

@@ -1,4 +1,7 @@
-"""``ProcessGroupNeuron``: the process group behind ``init_process_group("neuron")``.
+"""``ProcessGroupNeuron``: the collectives behind ``init_process_group("neuron")``.
+
+torch's ``ProcessGroup`` holds it through the C++ ``neuron_dist._C.PythonBackend`` (see
+:mod:`neuron_dist._registration`), which calls the method here of the same collective.
 
 Vocabulary: a *rank* is one process, bound to one emulated NeuronCore; a *group* is a set of
 ranks (the world, a ``new_group``, a DeviceMesh dimension); a group's *sequence number* counts
@@ -78,8 +81,13 @@ def _rows(tensor: torch.Tensor) -> int:
     return tensor.shape[0] if tensor.dim() > 0 else 1
 
 
-class ProcessGroupNeuron(dist.ProcessGroup):
-    """Collectives for neuron (and CPU) tensors on gloo's transport; see the module docstring."""
+class ProcessGroupNeuron:
+    """Collectives for neuron (and CPU) tensors on gloo's transport; see the module docstring.
+
+    torch's ``ProcessGroup`` holds it through :class:`neuron_dist._C.PythonBackend`, which
+    forwards each ``c10d::Backend`` call to the method of the same collective here; that C++
+    wrapper is what ``group._get_backend(torch.device("neuron"))`` returns (``.impl`` is this).
+    """
 
     def __init__(
         self,
@@ -89,7 +97,6 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         timeout: timedelta,
         global_ranks: Sequence[int] | None = None,
     ) -> None:
-        super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._timeout = timeout
         self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
@@ -98,7 +105,6 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self._size = size
         self._seq = 0
         self._group_name = ""
-        self._group_desc = ""
         self._check = config.check_signatures and size > 1
         inline_bytes = config.inline_bytes if self._check else 0
         self._frames = FrameExchange(self._gloo, size, inline_bytes)
@@ -107,49 +113,36 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self._plans: dict[tuple[torch.dtype, Any], Reduction] = {}
         self._coalesced: list[NeuronWork] | None = None
 
-    # ---- identity ------------------------------------------------------------------------
+    # ---- identity and lifecycle (called by the C++ Backend) ---------------------------------
 
-    def getBackendName(self) -> str:  # noqa: N802 (the C++ trampoline's name)
-        """``"neuron"``."""
-        return BACKEND_NAME
+    def rank(self) -> int:
+        """This process's rank in the group."""
+        return self._rank
 
-    def name(self) -> str:
-        """``"neuron"``."""
-        return BACKEND_NAME
+    def size(self) -> int:
+        """The number of ranks in the group."""
+        return self._size
 
-    def getGroupName(self) -> str:  # noqa: N802
-        """The group's registered name (what functional collectives resolve it by)."""
-        return self._group_name
-
-    def setGroupName(self, name: str) -> None:  # noqa: N802
-        """Set by ``torch.distributed`` when it registers the group."""
+    def _set_group_name(self, name: str) -> None:
+        """Set when ``torch.distributed`` registers the group (what errors name it by)."""
         self._group_name = name
 
-    def getGroupDesc(self) -> str:  # noqa: N802
-        """The group's description (for example ``"default_pg"`` or a mesh dimension)."""
-        return self._group_desc
-
-    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
-        """Set by ``torch.distributed`` when it registers the group."""
-        self._group_desc = desc
-
-    @property
-    def group_name(self) -> str:
-        return self._group_name
-
-    @property
-    def group_desc(self) -> str:
-        return self._group_desc
+    def _group_label(self) -> str:
+        """The group's description (``"default_pg"``, a mesh dimension, ...), else its name."""
+        if self._group_name:
+            try:
+                desc = _c10d._resolve_process_group(self._group_name).group_desc
+            except Exception:  # noqa: BLE001 (the group may be gone while its errors are reported)
+                desc = ""
+            if desc and desc != "undefined":
+                return desc
+        return self._group_name or "?"
 
     def _get_sequence_number_for_group(self) -> int:
         return self._seq
 
     def _set_sequence_number_for_group(self) -> None:
         """Sequence numbers start at 0 on every rank; nothing to agree on."""
-
-    def _get_backend(self, device: torch.device) -> dist.ProcessGroupGloo:
-        """The gloo transport underneath (it answers capability queries such as tensor allocation)."""
-        return self._gloo
 
     def shutdown(self) -> None:
         """Stops publishing arrivals and shuts the transport down."""
@@ -162,12 +155,12 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self._gloo.abort()
 
     def __repr__(self) -> str:
-        return f"ProcessGroupNeuron(rank={self.rank()}, size={self.size()}, group={self._group_name!r})"
+        return f"ProcessGroupNeuron(rank={self._rank}, size={self._size}, group={self._group_name!r})"
 
     # ---- shared machinery ------------------------------------------------------------------
 
     def _where(self, op: str, seq: int) -> str:
-        group = self._group_desc or self._group_name or "?"
+        group = self._group_label()
         return f"{op} (collective #{seq} on group {group!r}, global ranks {self._global_ranks})"
 
     def _check_devices(self, op: str, tensors: Sequence[torch.Tensor]) -> None:
@@ -641,9 +634,8 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         return self._p2p("recv", lambda: self._gloo.recv_anysource(wires, tag), tensors)
 
     def _p2p(self, op: str, start: Callable[[], dist.Work], tensors: list[torch.Tensor]) -> NeuronWork:
-        where = f"{op} on group {self._group_desc or self._group_name!r}"
-
         def diagnose(error: BaseException) -> BaseException:
+            where = f"{op} on group {self._group_label()!r}"
             cls = CollectiveTimeoutError if "timed out" in str(error).lower() else CollectivePeerError
             return cls(f"neuron: {where} failed: {str(error).strip().splitlines()[0] if str(error).strip() else error!r}")
 
@@ -651,15 +643,18 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             work = start()
         except Exception as error:  # noqa: BLE001
             raise diagnose(error) from error
-        return NeuronWork([work], tensors, diagnose=diagnose, keep=tensors)
+        handle = NeuronWork([work], tensors, diagnose=diagnose, keep=tensors)
+        if self._coalesced is not None:  # batch_isend_irecv waits only on the coalesced work
+            self._coalesced.append(handle)
+        return handle
 
-    # ---- coalescing (``_coalescing_manager`` with a device) -----------------------------------
+    # ---- coalescing (``_coalescing_manager``) --------------------------------------------------
 
-    def _start_coalescing(self, device: torch.device) -> None:
+    def _start_coalescing(self) -> None:
         if self._coalesced is not None:
             raise RuntimeError("neuron: _start_coalescing called twice without _end_coalescing")
         self._coalesced = []
 
-    def _end_coalescing(self, device: torch.device) -> NeuronWork:
+    def _end_coalescing(self) -> NeuronWork:
         works, self._coalesced = self._coalesced or [], None
         return NeuronWork(list(works), [])

@@ -6,26 +6,37 @@ from typing import Any
 
 import torch.distributed as dist
 
-from neuron_dist import _dtensor_random
+from neuron_dist import _C, _dtensor_random
 from neuron_dist._process_group import BACKEND_NAME, ProcessGroupNeuron
 
 __all__ = ["register"]
 
 
-def _create(options: Any, backend_options: Any = None) -> ProcessGroupNeuron:
-    """Backend factory ``init_process_group`` and ``new_group`` call (extended API)."""
+# Devices one backend instance serves: neuron tensors, and CPU tensors (object collectives,
+# CPU-side bookkeeping) on the same ordered stream, as "cpu:gloo,neuron:neuron" would need two.
+_DEVICES = [BACKEND_NAME, "cpu"]
+
+
+def _create(options: Any, backend_options: Any = None) -> _C.PythonBackend:
+    """Backend factory ``init_process_group`` and ``new_group`` call (extended API).
+
+    Returns a C++ ``Backend`` that torch's ``ProcessGroup`` registers for every device in
+    :data:`_DEVICES`, so collectives pass through the ``c10d`` dispatcher ops as gloo's and
+    NCCL's do (dispatch modes such as ``CommDebugMode`` see them).
+    """
     _dtensor_random.install()  # DTensor is imported here, not at ``import torch``
-    return ProcessGroupNeuron(
+    impl = ProcessGroupNeuron(
         options.store,
         options.group_rank,
         options.group_size,
         options.timeout,
         global_ranks=list(options.global_ranks_in_group),
     )
+    return _C.PythonBackend(options.group_rank, options.group_size, impl, BACKEND_NAME)
 
 
 def register() -> None:
-    """Makes ``init_process_group("neuron")`` create a :class:`ProcessGroupNeuron` (idempotent)."""
+    """Makes ``init_process_group("neuron")`` create a :class:`ProcessGroupNeuron` backend (idempotent)."""
     if BACKEND_NAME in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=[BACKEND_NAME])
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=_DEVICES)

@@ -400,13 +400,41 @@ def inline_and_gloo_paths_agree_with_gloo() -> None:
 
 @cases.case
 def wrong_device_names_backend_and_device() -> str:
+    """A neuron tensor on a gloo group raises naming the device instead of hanging, and a meta
+    tensor on the neuron group goes to torch's meta kernel (no data moves), as it does with gloo."""
+    gloo = dist.new_group(backend="gloo")
     try:
-        dist.all_reduce(torch.ones(4, device="meta"))
-    except neuron_dist.UnsupportedDeviceError as error:
+        dist.all_reduce(torch.ones(4, device=DEVICE), group=gloo)
+    except RuntimeError as error:
         text = str(error)
-        assert "'neuron'" in text and "meta" in text, text
-        return text
-    raise AssertionError("no error for a meta tensor")
+        assert "neuron" in text, text
+    else:
+        raise AssertionError("no error for a neuron tensor on a gloo group")
+    meta = torch.ones(4, device="meta")
+    dist.all_reduce(meta)
+    assert meta.device.type == "meta"
+    dist.destroy_process_group(gloo)
+    return text
+
+
+@cases.case
+def collectives_pass_through_c10d_dispatcher_ops() -> dict[str, int]:
+    """Like gloo's and NCCL's, each collective is a c10d dispatcher op that dispatch modes see."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    c10d = torch.ops.c10d
+    tensor = _value(RANK, torch.float32).to(DEVICE)
+    flat = torch.empty(6 * WORLD, device=DEVICE)
+    with CommDebugMode() as mode:
+        dist.all_reduce(tensor)
+        dist.all_gather_into_tensor(flat, tensor)
+        dist.reduce_scatter_tensor(tensor, flat)
+        dist.broadcast(tensor, src=0)
+        dist.all_reduce(torch.ones(3))  # CPU tensors take the same backend
+    counts = mode.get_comm_counts()
+    expected = {c10d.allreduce_: 2, c10d._allgather_base_: 1, c10d._reduce_scatter_base_: 1, c10d.broadcast_: 1}
+    assert dict(counts) == expected, counts
+    return {str(op): n for op, n in counts.items()}
 
 
 @cases.case

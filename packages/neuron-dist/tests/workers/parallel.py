@@ -116,6 +116,23 @@ def fsdp2_fp32_matches_single_device() -> float:
 
 
 @cases.case
+def fsdp2_collectives_visible_to_comm_debug_mode() -> dict[str, int]:
+    """FSDP2's all-gathers and reduce-scatters pass through the c10d dispatcher ops, so
+    CommDebugMode (which PyTorch's FSDP tests count collectives with) sees each of them."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    c10d = torch.ops.c10d
+    with CommDebugMode() as mode:
+        _fsdp_step(None, _mlp().to(DEVICE))
+    counts = mode.get_comm_counts()
+    layers = sum(isinstance(layer, nn.Linear) for layer in _mlp())
+    assert counts[c10d._reduce_scatter_base_] == layers, counts  # one per sharded layer
+    assert counts[c10d._allgather_base_] >= layers, counts  # forward (and backward re-gathers)
+    assert counts[c10d.allreduce_] == 1, counts  # the loss average
+    return {str(op): n for op, n in counts.items()}
+
+
+@cases.case
 def fsdp2_bf16_mixed_precision_matches_single_device() -> float:
     reference = _mlp().to(DEVICE)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

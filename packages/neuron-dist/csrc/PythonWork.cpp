@@ -1,0 +1,82 @@
+// PythonWork: forwards c10d::Work's virtual queries to the Python work object.
+#include "PythonWork.h"
+
+#include "PythonGil.h"
+
+#include <pybind11/chrono.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+namespace py = pybind11;
+
+namespace neuron_dist {
+
+PythonWork::PythonWork(py::object work) : work_(std::move(work)) {}
+
+PythonWork::~PythonWork() {
+  releasePythonObject(work_);
+}
+
+bool PythonWork::wait(std::chrono::milliseconds timeout) {
+  py::gil_scoped_acquire gil;
+  if (timeout == kNoTimeout) {
+    return work_.attr("wait")().cast<bool>();
+  }
+  return work_.attr("wait")(timeout).cast<bool>();
+}
+
+bool PythonWork::isCompleted() {
+  py::gil_scoped_acquire gil;
+  return work_.attr("is_completed")().cast<bool>();
+}
+
+bool PythonWork::isSuccess() const {
+  py::gil_scoped_acquire gil;
+  return work_.attr("is_success")().cast<bool>();
+}
+
+std::exception_ptr PythonWork::exception() const {
+  py::gil_scoped_acquire gil;
+  py::object error = work_.attr("exception")();
+  if (error.is_none()) {
+    return nullptr;
+  }
+  return std::make_exception_ptr(std::runtime_error(py::str(error).cast<std::string>()));
+}
+
+int PythonWork::sourceRank() const {
+  py::gil_scoped_acquire gil;
+  return work_.attr("source_rank")().cast<int>();
+}
+
+std::vector<at::Tensor> PythonWork::result() {
+  py::gil_scoped_acquire gil;
+  py::object value = work_.attr("result")();
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    // Results of list collectives nest (one list per input); flatten like gloo's works do.
+    std::vector<at::Tensor> flat;
+    for (const auto& item : value) {
+      if (py::isinstance<py::list>(item) || py::isinstance<py::tuple>(item)) {
+        for (const auto& inner : item) {
+          flat.push_back(inner.cast<at::Tensor>());
+        }
+      } else {
+        flat.push_back(item.cast<at::Tensor>());
+      }
+    }
+    return flat;
+  }
+  return {value.cast<at::Tensor>()};
+}
+
+void PythonWork::synchronize() {
+  py::gil_scoped_acquire gil;
+  work_.attr("synchronize")();
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> PythonWork::getFuture() {
+  py::gil_scoped_acquire gil;
+  py::object future = work_.attr("get_future")();
+  return future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
+}
+
+} // namespace neuron_dist
