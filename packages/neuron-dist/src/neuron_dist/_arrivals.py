@@ -9,6 +9,7 @@ that did not arrive.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 import weakref
@@ -77,6 +78,7 @@ class _Publisher:
 
     def __init__(self) -> None:
         self._boards: weakref.WeakSet[ArrivalBoard] = weakref.WeakSet()
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="neuron-dist-arrivals", daemon=True)
         self._thread.start()
 
@@ -90,11 +92,28 @@ class _Publisher:
     def add(self, board: ArrivalBoard) -> None:
         self._boards.add(board)
 
+    @classmethod
+    def stop(cls) -> None:
+        """Stops and joins the thread; runs at exit, before the interpreter finalizes.
+
+        Groups live until the process ends (torch's C++ ProcessGroup holds them), and so would
+        their boards. A daemon thread that is inside a store call while the interpreter
+        finalizes is ended by ``pthread_exit`` when it takes the GIL back; unwinding its C++
+        frames then calls ``std::terminate`` and the process aborts after a finished run.
+        """
+        with cls._instance_lock:
+            publisher = cls._instance
+        if publisher is not None:
+            publisher._stop.set()
+            publisher._thread.join(timeout=5 * _PUBLISH_INTERVAL)
+
     def _run(self) -> None:
-        while True:
-            time.sleep(_PUBLISH_INTERVAL)
+        while not self._stop.wait(_PUBLISH_INTERVAL):
             for board in list(self._boards):
                 try:
                     board.publish()
                 except Exception:  # a store that went away: the failing collective reports it
                     board.close()
+
+
+atexit.register(_Publisher.stop)
