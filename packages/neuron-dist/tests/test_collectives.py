@@ -17,6 +17,7 @@ CASES = [
     "gather_and_scatter",
     "send_recv_ring_and_batch_p2p",
     "async_handles_and_futures",
+    "work_queries_and_any_source_recv",
     "coalesced_calls",
     "object_collectives",
     "functional_collectives",

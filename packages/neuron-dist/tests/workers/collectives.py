@@ -4,6 +4,7 @@ handles, object collectives, and the clear errors for mismatched calls and wrong
 
 from __future__ import annotations
 
+import datetime
 import os
 from functools import reduce as fold
 
@@ -198,6 +199,28 @@ def async_handles_and_futures() -> None:
     work = dist.all_gather_into_tensor(out, _value(RANK, torch.float32).to(DEVICE), async_op=True)
     work.wait()
     _expect(out, torch.cat([_value(r, torch.float32) for r in range(WORLD)]), "async all_gather_into_tensor")
+
+
+@cases.case
+def work_queries_and_any_source_recv() -> int:
+    """The handles torch returns answer every query from the collective's own work, a receive
+    from any source reports its sender, and the group's monitored_barrier reaches the backend
+    (``dist.monitored_barrier`` itself accepts only gloo groups)."""
+    tensor = _value(RANK, torch.float32).to(DEVICE)
+    work = dist.all_reduce(tensor, async_op=True)
+    work.wait()
+    assert work.is_completed() and work.is_success() and work.exception() is None
+    _expect(tensor, _reference(R.SUM, torch.float32), "all_reduce before work queries")
+    dist.group.WORLD.monitored_barrier(datetime.timedelta(seconds=60))
+    if RANK == 1:
+        dist.send(torch.full((3,), 7.0, device=DEVICE), dst=0)
+    if RANK == 0:
+        got = torch.empty(3, device=DEVICE)
+        sender = dist.recv(got)  # no src: recv_anysource, whose work reports the source rank
+        assert sender == 1, sender
+        _expect(got, torch.full((3,), 7.0), "recv from any source")
+    dist.barrier()
+    return RANK
 
 
 @cases.case
