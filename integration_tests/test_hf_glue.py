@@ -340,3 +340,45 @@ def test_is_fp16_available_is_false_on_neuron_in_every_binding():
     assert is_fp16_available() is False
     for module in (accelerate.utils, test_script, testing):
         assert module.is_fp16_available is is_fp16_available, module.__name__
+
+
+# -- transformers: the device tables of its test utilities --------------------------------------
+
+_TESTING_TABLES = ("BACKEND_MANUAL_SEED", "BACKEND_EMPTY_CACHE", "BACKEND_DEVICE_COUNT",
+                   "BACKEND_RESET_MAX_MEMORY_ALLOCATED", "BACKEND_RESET_PEAK_MEMORY_STATS",
+                   "BACKEND_MAX_MEMORY_ALLOCATED", "BACKEND_MEMORY_ALLOCATED", "BACKEND_SYNCHRONIZE",
+                   "BACKEND_TORCH_ACCELERATOR_MODULE")
+
+
+def test_canary_upstream_testing_utils_has_no_neuron_entries():
+    """Without the device plugins (so without the glue), transformers' own tables lack neuron."""
+    code = ("import json, transformers.testing_utils as tu\n"
+            f"print(json.dumps([t for t in {_TESTING_TABLES!r} if 'neuron' in getattr(tu, t)]))")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_testing_utils_dispatch_to_the_neuron_device():
+    """``TRANSFORMERS_TEST_DEVICE=neuron`` test suites see the real core count, memory and seed."""
+    import transformers.testing_utils as tu
+
+    assert all("neuron" in getattr(tu, table) for table in _TESTING_TABLES)
+    assert tu.backend_device_count("neuron") == torch.neuron.device_count()
+    assert tu.backend_torch_accelerator_module("neuron") is torch.neuron
+    tu.backend_synchronize("neuron")
+    tu.backend_empty_cache("neuron")
+    held = torch.ones(1 << 16, device="neuron")
+    assert tu.backend_memory_allocated("neuron") == torch.neuron.memory_allocated() >= held.nbytes
+    peak = torch.ones(1 << 18, device="neuron")
+    del peak
+    assert tu.backend_max_memory_allocated("neuron") >= torch.neuron.memory_allocated() + (1 << 20)
+    tu.backend_reset_peak_memory_stats("neuron")
+    assert tu.backend_max_memory_allocated("neuron") == torch.neuron.memory_allocated()
+    tu.backend_manual_seed("neuron", 7)
+    first = torch.randn(4, device="neuron")
+    torch.neuron.manual_seed(7)
+    assert torch.equal(first, torch.randn(4, device="neuron"))
+    torch.neuron.manual_seed(8)
+    assert not torch.equal(first, torch.randn(4, device="neuron"))

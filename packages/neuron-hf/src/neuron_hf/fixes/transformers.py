@@ -1,4 +1,4 @@
-"""transformers 5.23 on neuron: the Trainer's RNG checkpoint."""
+"""transformers 5.23 on neuron: the Trainer's RNG checkpoint, and the device tables of its test utilities."""
 
 from __future__ import annotations
 
@@ -78,6 +78,31 @@ def _patch_trainer_rng(module: ModuleType) -> None:
     replace_function(module.Trainer, "_load_rng_state", _make_load)
 
 
+# transformers.testing_utils' device-agnostic tables (backend_manual_seed, backend_device_count,
+# backend_memory_allocated, ...) -> the torch.neuron function each entry calls.
+_TESTING_TABLES = {
+    "BACKEND_MANUAL_SEED": "manual_seed",
+    "BACKEND_EMPTY_CACHE": "empty_cache",
+    "BACKEND_DEVICE_COUNT": "device_count",
+    "BACKEND_RESET_MAX_MEMORY_ALLOCATED": "reset_peak_memory_stats",
+    "BACKEND_RESET_PEAK_MEMORY_STATS": "reset_peak_memory_stats",
+    "BACKEND_MAX_MEMORY_ALLOCATED": "max_memory_allocated",
+    "BACKEND_MEMORY_ALLOCATED": "memory_allocated",
+    "BACKEND_SYNCHRONIZE": "synchronize",
+}
+
+
+def _register_testing_device(module: ModuleType) -> None:
+    # Upstream: the tables have entries for cuda, xpu, npu, hpu, mlu, tpu and xla only; with
+    # TRANSFORMERS_TEST_DEVICE=neuron every call falls to "default": device_count() is 1 (so
+    # multi-device tests skip on a multi-core instance), memory_allocated() is 0 and
+    # synchronize/empty_cache do nothing. Entries upstream already has are left alone.
+    neuron = torch.neuron
+    for table, function in _TESTING_TABLES.items():
+        getattr(module, table).setdefault(_KEY, getattr(neuron, function))
+    module.BACKEND_TORCH_ACCELERATOR_MODULE.setdefault(_KEY, neuron)
+
+
 FIXES = [
     Fix(
         name="transformers.Trainer.rng_state",
@@ -86,5 +111,13 @@ FIXES = [
         versions="~=5.23.0",
         corrects="the Trainer's checkpoints do not save or restore the neuron RNG",
         apply=_patch_trainer_rng,
+    ),
+    Fix(
+        name="transformers.testing_utils.device_tables",
+        module="transformers.testing_utils",
+        distribution="transformers",
+        versions="~=5.23.0",
+        corrects="the test utilities' per-device tables (seed, device count, memory) have no neuron entries",
+        apply=_register_testing_device,
     ),
 ]
