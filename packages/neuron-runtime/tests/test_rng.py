@@ -43,6 +43,21 @@ def test_get_set_rng_state():
     torch.neuron.set_rng_state_all(states)
 
 
+def test_set_rng_state_inside_a_fake_tensor_mode():
+    """Restoring a real CPU state runs no tensor op: DTensor's sharding propagation restores
+    states with a FakeTensorMode active, which refuses ops on real tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.neuron.manual_seed(11)
+    state = torch.neuron.get_rng_state()
+    expected = torch.rand(3, device="neuron")
+    with FakeTensorMode():
+        torch.neuron.set_rng_state(state)
+    assert torch.equal(torch.rand(3, device="neuron"), expected)
+    torch.neuron.set_rng_state(state.to("neuron"))  # a state on the device is copied back first
+    assert torch.equal(torch.rand(3, device="neuron"), expected)
+
+
 def test_explicit_generator():
     g = torch.Generator("neuron")
     g.manual_seed(42)

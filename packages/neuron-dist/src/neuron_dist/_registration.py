@@ -35,8 +35,31 @@ def _create(options: Any, backend_options: Any = None) -> _C.PythonBackend:
     return _C.PythonBackend(options.group_rank, options.group_size, impl, BACKEND_NAME)
 
 
+def _serve_fake_groups() -> None:
+    """Lets torch's ``"fake"`` process group take neuron tensors, as it takes CUDA, HPU and XPU ones.
+
+    ``FakeProcessGroup`` (dry runs with ``init_process_group("fake")``, PyTorch's LocalTensor
+    tests) moves no data. torch registers it for a fixed device list when its module is first
+    imported; it is registered again here with neuron added, and DTensor's random ops on its
+    neuron meshes take the per-rank path as on real neuron groups.
+    """
+    from torch.testing._internal.distributed import fake_pg
+
+    devices = dist.Backend.backend_capability.get(dist.Backend.FAKE, [])
+    if BACKEND_NAME in devices:
+        return
+    create_fake_group = fake_pg._create_fake_pg
+
+    def create(common_options: Any, backend_options: Any = None) -> Any:
+        _dtensor_random.install()
+        return create_fake_group(common_options, backend_options)
+
+    dist.Backend.register_backend(dist.Backend.FAKE, create, extended_api=True, devices=[*devices, BACKEND_NAME])
+
+
 def register() -> None:
     """Makes ``init_process_group("neuron")`` create a :class:`ProcessGroupNeuron` backend (idempotent)."""
     if BACKEND_NAME in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=_DEVICES)
+    _serve_fake_groups()

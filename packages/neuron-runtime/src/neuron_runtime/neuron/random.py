@@ -49,7 +49,13 @@ def get_rng_state_all() -> list[torch.Tensor]:
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
     """Restores a core's RNG state from get_rng_state's result."""
-    _generator(device).set_state(new_state.clone().to("cpu", torch.uint8))
+    state = new_state
+    if state.device.type != "cpu" or state.dtype != torch.uint8 or not state.is_contiguous():
+        state = state.to("cpu", torch.uint8).contiguous()
+    # The generator copies the bytes. No tensor op on an already-CPU state: callers restore
+    # states inside dispatch modes (LocalTensor's per-rank RNG under DTensor's fake sharding
+    # propagation), where even a clone of a real tensor is refused.
+    _generator(device).set_state(state)
 
 
 def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
