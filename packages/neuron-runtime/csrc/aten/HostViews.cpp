@@ -117,13 +117,17 @@ class ViewPool {
   size_t next_ = 0;
 };
 
-at::Tensor makeCpuView(const at::Tensor& tensor) {
-  thread_local ViewPool pool;
-  at::Tensor view = pool.acquire(tensor);
+void copyGeometry(const at::Tensor& view, const at::Tensor& tensor) {
   c10::TensorImpl* impl = view.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(tensor.sizes(), tensor.strides(), tensor.storage_offset());
   impl->_set_conj(tensor.is_conj());
   impl->_set_neg(tensor.is_neg());
+}
+
+at::Tensor makeCpuView(const at::Tensor& tensor) {
+  thread_local ViewPool pool;
+  at::Tensor view = pool.acquire(tensor);
+  copyGeometry(view, tensor);
   return view;
 }
 
@@ -164,8 +168,21 @@ at::Tensor hostView(const at::Tensor& tensor) {
 }
 
 at::Tensor HostViewSet::viewOf(const at::Tensor& tensor) {
+  c10::StorageImpl* neuron_storage = tensor.storage().unsafeGetStorageImpl();
+  for (const auto& entry : entries_) {
+    if (!entry.view.defined() || entry.neuron_storage.unsafeGetStorageImpl() != neuron_storage) {
+      continue;
+    }
+    if (entry.source == tensor.unsafeGetTensorImpl()) return entry.view;
+    // Another argument of this call views the same bytes: share its CPU storage.
+    at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(entry.view.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
+    copyGeometry(view, tensor);
+    entries_.push_back({entry.view_storage, tensor.storage(), tensor.unsafeGetTensorImpl(), view});
+    return view;
+  }
   at::Tensor view = makeCpuView(tensor);
-  entries_.push_back({view.storage().unsafeGetStorageImpl(), tensor.storage()});
+  entries_.push_back({view.storage().unsafeGetStorageImpl(), tensor.storage(), tensor.unsafeGetTensorImpl(), view});
   return view;
 }
 
@@ -207,7 +224,7 @@ c10::Storage HostViewSet::neuronStorageFor(const at::Tensor& cpu, c10::DeviceInd
   }
   recordCopyFallback(op_name);
   c10::Storage copy = copyToNeuron(*impl, device);
-  entries_.push_back({impl, copy});
+  entries_.push_back({impl, copy, nullptr, at::Tensor()});
   return copy;
 }
 

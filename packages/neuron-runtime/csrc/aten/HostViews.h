@@ -44,6 +44,8 @@ void installAllocationRedirect();
 class HostViewSet {
  public:
   // A CPU tensor aliasing `tensor`'s bytes (same sizes, strides, offset, conj/neg bits).
+  // Arguments sharing a neuron storage get views sharing one CPU storage, so the CPU
+  // kernels' overlap checks (out= aliasing an input, partial-overlap copies) see them.
   at::Tensor viewOf(const at::Tensor& tensor);
   // The neuron tensor for a CPU result on `device`: aliases an input, adopts a fresh
   // neuron-backed allocation, or (last resort, counted) copies. A result nobody else holds
@@ -57,6 +59,10 @@ class HostViewSet {
   struct Entry {
     c10::StorageImpl* view_storage;
     c10::Storage neuron_storage;
+    // Set for argument views (viewOf), not for copied results: the neuron tensor viewed and
+    // its view, so a tensor passed twice (out= is an input) is one CPU tensor, as on the CPU.
+    const c10::TensorImpl* source = nullptr;
+    at::Tensor view;
   };
   c10::Storage neuronStorageFor(const at::Tensor& cpu, c10::DeviceIndex device, const char* op_name);
   c10::SmallVector<Entry, 4> entries_;

@@ -112,7 +112,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
               "neuron: cannot copy to a ", dst.device(), " tensor from ", self.device(),
               "; move it to the CPU first.");
   if (dst.is_privateuseone()) checkFloat64("aten::copy_", dst.scalar_type());
-  if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() &&
+  // Views of one storage take ATen's copy on views sharing a CPU storage: it skips a copy
+  // onto the same elements and refuses partial overlap, as on the CPU.
+  const bool same_storage = self.is_privateuseone() && dst.is_privateuseone() &&
+                            self.storage().unsafeGetStorageImpl() == dst.storage().unsafeGetStorageImpl();
+  if (!same_storage && self.dtype() == dst.dtype() && self.sizes() == dst.sizes() &&
       self.numel() < at::internal::GRAIN_SIZE && self.is_contiguous() && dst.is_contiguous() &&
       !self.is_conj() && !dst.is_conj() && !self.is_neg() && !dst.is_neg()) {
     // Small, same layout and type: one memcpy (device memory is host memory). Larger
@@ -122,8 +126,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
     }
     return dst;
   }
-  at::Tensor dst_view = hostView(dst);
-  dst_view.copy_(hostView(self));
+  HostViewSet views;
+  at::Tensor dst_view = dst.is_privateuseone() ? views.viewOf(dst) : dst;
+  dst_view.copy_(self.is_privateuseone() ? views.viewOf(self) : self);
   return dst;
 }
 
