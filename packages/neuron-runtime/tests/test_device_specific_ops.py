@@ -99,3 +99,24 @@ def test_sdpa_with_a_mask_that_requires_grad_matches_cpu():
         F.scaled_dot_product_attention(q_d, q_d, q_d, attn_mask=mask_d).sum().backward()
         grads[device] = (q_d.grad.cpu(), mask_d.grad.cpu())
     torch.testing.assert_close(grads["neuron"], grads["cpu"])
+
+
+_DENSE_ONLY = "strided \\(dense\\) tensors only"
+
+
+def test_sparse_and_quantized_tensors_are_refused_with_what_to_do():
+    indices, values = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
+    refused = {
+        "sparse_coo_tensor on neuron": lambda: torch.sparse_coo_tensor(indices, values, (2, 2), device="neuron"),
+        "sparse tensor moved to neuron": lambda: torch.sparse_coo_tensor(indices, values, (2, 2)).to("neuron"),
+        "to_sparse of a neuron tensor": lambda: torch.ones(2, 2, device="neuron").to_sparse(),
+        "to_sparse_csr of a neuron tensor": lambda: torch.ones(2, 2, device="neuron").to_sparse_csr(),
+        "quantize a neuron tensor": lambda: torch.quantize_per_tensor(torch.ones(3, device="neuron"), 0.1, 0, torch.qint8),
+        "quantized empty on neuron": lambda: torch._empty_affine_quantized(
+            [2], scale=0.1, zero_point=0, dtype=torch.qint8, device="neuron"),
+    }
+    for name, make in refused.items():
+        with pytest.raises((NotImplementedError, RuntimeError), match=_DENSE_ONLY):
+            make()
+    dense = torch.sparse_coo_tensor(indices, values, (2, 2)).to_dense().to("neuron")
+    assert torch.equal(dense.cpu(), torch.tensor([[0.0, 1.0], [2.0, 0.0]]))

@@ -234,6 +234,9 @@ at::Tensor HostViewSet::toNeuron(at::Tensor cpu, c10::DeviceIndex device, const 
   }
   TORCH_CHECK(cpu.layout() == c10::kStrided, "neuron: ", op_name, " produced a ", cpu.layout(),
               " tensor; the neuron device supports strided (dense) tensors only.");
+  TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_quantized(), "neuron: ", op_name,
+                              " produced a quantized tensor, but the neuron device supports strided (dense) "
+                              "tensors only. Quantize on the CPU, or keep the tensor dequantized on neuron.");
   if (cpu._is_zerotensor()) {
     return at::_efficientzerotensor(cpu.sizes(), cpu.options().device(
                                                      c10::Device(c10::DeviceType::PrivateUse1, device)));

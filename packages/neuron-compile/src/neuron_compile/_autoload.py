@@ -1,0 +1,17 @@
+"""Entry point of the ``torch.backends`` group: ``import torch`` calls :func:`autoload`.
+
+Only routes the default ``torch.compile`` backend's neuron graphs to the neuron compiler (see
+:mod:`neuron_compile._default_backend`); the compiler itself is imported on first use.
+"""
+
+from __future__ import annotations
+
+
+def autoload() -> None:
+    """Makes ``torch.compile(model)`` on neuron tensors use the neuron compiler."""
+    from neuron_runtime._autoload import autoload as register_device
+
+    register_device()
+    from neuron_compile._default_backend import install
+
+    install()

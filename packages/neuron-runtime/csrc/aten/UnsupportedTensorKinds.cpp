@@ -1,0 +1,41 @@
+// Sparse, sparse CSR and quantized neuron tensors: the device holds strided (dense) tensors
+// only, as the hardware's compiler does. Any op reaching these dispatch keys gets one error
+// saying so and what to do, instead of the dispatcher's "Could not run ... with arguments
+// from the 'SparsePrivateUse1' backend".
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+namespace neuron {
+namespace {
+
+[[noreturn]] void refuse(const c10::OperatorHandle& op, const char* kind, const char* convert) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "neuron: ", op.schema().operator_name(), ": ", kind,
+                              " tensors are not supported on the neuron device, which holds strided "
+                              "(dense) tensors only. Keep ", kind, " tensors on the CPU, or convert them with ",
+                              convert, " before moving them to neuron.");
+}
+
+void refuseSparse(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  refuse(op, "sparse", ".to_dense()");
+}
+
+void refuseQuantized(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  refuse(op, "quantized", ".dequantize()");
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseSparse>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseSparse>());
+}
+
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseQuantized>());
+}
+
+}  // namespace neuron
