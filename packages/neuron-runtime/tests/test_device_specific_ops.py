@@ -120,3 +120,25 @@ def test_sparse_and_quantized_tensors_are_refused_with_what_to_do():
             make()
     dense = torch.sparse_coo_tensor(indices, values, (2, 2)).to_dense().to("neuron")
     assert torch.equal(dense.cpu(), torch.tensor([[0.0, 1.0], [2.0, 0.0]]))
+
+
+def test_composites_that_pick_a_kernel_by_device_run_as_on_cpu():
+    """conj_physical_ calls a DispatchStub directly and mode(out=) allow-lists CPU/CUDA/XPU."""
+    x = torch.randn(6, dtype=torch.cfloat)
+    for make in (lambda t: t.clone().conj_physical_(), lambda t: t.clone().conj().conj_physical_()):
+        assert torch.equal(make(x.to("neuron")).resolve_conj().cpu(), make(x).resolve_conj())
+    cube = torch.randint(0, 3, (4, 5, 6)).float()
+    values, indices = torch.empty(0, device="neuron"), torch.empty(0, dtype=torch.long, device="neuron")
+    torch.mode(cube.to("neuron"), out=(values, indices))
+    expected = torch.mode(cube)
+    assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
+
+
+def test_cpu_scalar_output_of_a_neuron_op_is_a_device_mismatch():
+    """A 0-d CPU tensor may be an input next to neuron tensors (as on CUDA), never the output."""
+    a, b = torch.randn((), device="neuron"), torch.randn((), device="neuron")
+    assert (a + torch.tensor(2.0)).device.type == "neuron"
+    for compute in (lambda out: torch.add(a, b, out=out), lambda out: torch.acos(a, out=out),
+                    lambda out: torch.sum(torch.randn(3, 5, device="neuron"), dim=(0, 1), out=out)):
+        with pytest.raises(RuntimeError, match="same device.*neuron:0 and cpu"):
+            compute(torch.empty(()))

@@ -102,7 +102,8 @@ class ArgumentBridge {
       noteDevice(tensor.device(), arg);
       return views_.viewOf(tensor);
     }
-    if (tensor.dim() > 0 && first_cpu_arg_ < 0) {
+    // CPU scalars may join neuron tensors as inputs (as on CUDA), never as outputs.
+    if ((tensor.dim() > 0 || plan_.arg_is_write[arg]) && first_cpu_arg_ < 0) {
       first_cpu_arg_ = static_cast<int>(arg);
     }
     return tensor;
@@ -319,6 +320,11 @@ void registerDirectFallbacks() {
     std::string qualified = name.name.substr(6);
     if (!name.overload_name.empty()) qualified += "." + name.overload_name;
     library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());
+  }
+  // Composite ops whose kernel chooses its implementation by device type (a DispatchStub
+  // called directly, or a CPU/CUDA/XPU allow-list): on CPU views they run as on the CPU.
+  for (const char* qualified : {"conj_physical_", "mode.values"}) {
+    library->impl(qualified, torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());
   }
 }
 
