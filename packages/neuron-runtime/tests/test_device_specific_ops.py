@@ -142,3 +142,22 @@ def test_cpu_scalar_output_of_a_neuron_op_is_a_device_mismatch():
                     lambda out: torch.sum(torch.randn(3, 5, device="neuron"), dim=(0, 1), out=out)):
         with pytest.raises(RuntimeError, match="same device.*neuron:0 and cpu"):
             compute(torch.empty(()))
+
+
+def test_nested_tensors_are_refused_and_the_transformer_fast_path_says_how_to_avoid_them():
+    nested = torch.nested.nested_tensor([torch.rand(2, 4), torch.rand(3, 4)], device="neuron")
+    with pytest.raises(NotImplementedError, match="nested tensors are not supported.*torch.jagged"):
+        torch.relu(nested)
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True)
+    x = torch.randn(2, 5, 8)
+    mask = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    eager = torch.nn.TransformerEncoder(layer, 2).to("neuron").eval()
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
+        eager(x.to("neuron"), src_key_padding_mask=mask.to("neuron"))
+    cpu = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    neuron = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to("neuron").eval()
+    with torch.no_grad():
+        expected = cpu(x, src_key_padding_mask=mask)
+        got = neuron(x.to("neuron"), src_key_padding_mask=mask.to("neuron"))
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)

@@ -234,6 +234,12 @@ at::Tensor HostViewSet::toNeuron(at::Tensor cpu, c10::DeviceIndex device, const 
   }
   TORCH_CHECK(cpu.layout() == c10::kStrided, "neuron: ", op_name, " produced a ", cpu.layout(),
               " tensor; the neuron device supports strided (dense) tensors only.");
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !cpu.is_nested(), "neuron: ", op_name,
+      " produced a nested tensor, but the neuron device supports strided (dense) tensors only. Use "
+      "torch.nested with layout=torch.jagged; nn.TransformerEncoder makes nested tensors in eval "
+      "mode with a padding mask: pass enable_nested_tensor=False, or call "
+      "torch.backends.mha.set_fastpath_enabled(False).");
   TORCH_CHECK_NOT_IMPLEMENTED(!cpu.is_quantized(), "neuron: ", op_name,
                               " produced a quantized tensor, but the neuron device supports strided (dense) "
                               "tensors only. Quantize on the CPU, or keep the tensor dequantized on neuron.");

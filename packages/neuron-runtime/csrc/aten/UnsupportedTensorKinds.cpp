@@ -1,4 +1,4 @@
-// Sparse, sparse CSR and quantized neuron tensors: the device holds strided (dense) tensors
+// Sparse, sparse CSR, quantized and (strided-layout) nested neuron tensors: the device holds strided (dense) tensors
 // only, as the hardware's compiler does. Any op reaching these dispatch keys gets one error
 // saying so and what to do, instead of the dispatcher's "Could not run ... with arguments
 // from the 'SparsePrivateUse1' backend".
@@ -24,6 +24,10 @@ void refuseQuantized(const c10::OperatorHandle& op, torch::jit::Stack*) {
   refuse(op, "quantized", ".dequantize()");
 }
 
+void refuseNested(const c10::OperatorHandle& op, torch::jit::Stack*) {
+  refuse(op, "nested", "layout=torch.jagged (torch.nested's Python layout, which works on any device)");
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
@@ -36,6 +40,10 @@ TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseQuantized>());
+}
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseNested>());
 }
 
 }  // namespace neuron
