@@ -161,3 +161,40 @@ def test_nested_tensors_are_refused_and_the_transformer_fast_path_says_how_to_av
         expected = cpu(x, src_key_padding_mask=mask)
         got = neuron(x.to("neuron"), src_key_padding_mask=mask.to("neuron"))
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_indexing_a_cpu_tensor_with_neuron_indices_is_refused_as_in_aten():
+    # The neuron index routed the op to the device, which moved the CPU tensor there silently.
+    x = torch.randn(3, 4)
+    index = torch.tensor([2, 0])
+    with pytest.raises(RuntimeError, match=r"indices should be either on cpu or on the same device as the indexed tensor \(cpu\)"):
+        x[index.to("neuron")]
+    with pytest.raises(RuntimeError, match=r"indexed tensor \(cpu\)"):
+        x[index, index.to("neuron")[:1].expand(2)]
+    with pytest.raises(RuntimeError, match=r"indexed tensor \(neuron:0\)"):
+        x.to("neuron:0")[index.to("neuron:1")]
+    # Allowed, as on CUDA: CPU or same-device indices into a neuron tensor.
+    on_device = x.to("neuron")
+    assert on_device[index].cpu().equal(x[index])
+    assert on_device[index.to("neuron")].cpu().equal(x[index])
+    on_device[index] = 0.0
+    assert on_device.cpu()[index].eq(0).all()
+
+
+@pytest.mark.parametrize("factory", ["empty", "empty_like", "empty_strided", "new_empty"])
+def test_deterministic_mode_fills_new_memory_like_the_cpu(factory):
+    make = {
+        "empty": lambda d: torch.empty(64, device=d),
+        "empty_like": lambda d: torch.empty_like(torch.zeros(64, device=d)),
+        "empty_strided": lambda d: torch.empty_strided((8, 8), (1, 8), device=d),
+        "new_empty": lambda d: torch.zeros(1, device=d).new_empty(64),
+    }[factory]
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        blocks = [torch.full((64,), 7.0, device="neuron") for _ in range(4)]
+        del blocks  # leave non-NaN bytes in the cache for the next allocation
+        assert make("neuron").isnan().all()
+        assert torch.empty(16, dtype=torch.int32, device="neuron").eq(torch.iinfo(torch.int32).max).all()
+    finally:
+        torch.use_deterministic_algorithms(previous)

@@ -102,3 +102,93 @@ def test_pin_memory_and_non_blocking_copy():
     assert y.cpu().equal(x)
     z = y.to("cpu", non_blocking=True)
     assert z.equal(x)
+
+
+def test_per_process_memory_fraction_caps_the_core(python_in_subprocess):
+    # 1 GiB core, fraction 0.25: a 200 MiB tensor fits, a second one does not (as on CUDA).
+    result = python_in_subprocess(
+        """
+        import torch
+        assert torch.neuron.get_per_process_memory_fraction() == 1.0
+        torch.neuron.set_per_process_memory_fraction(0.25)
+        assert torch.neuron.get_per_process_memory_fraction(0) == 0.25
+        assert torch.neuron.get_per_process_memory_fraction(1) == 1.0  # per core
+        a = torch.empty(200 << 20, dtype=torch.uint8, device="neuron")
+        try:
+            torch.empty(200 << 20, dtype=torch.uint8, device="neuron")
+            print("NO OOM")
+        except torch.OutOfMemoryError as e:
+            print("OOM", "set_per_process_memory_fraction" in str(e), "0.25" in str(e))
+        b = torch.empty(200 << 20, dtype=torch.uint8, device="neuron:1")  # other core: no cap
+        torch.neuron.set_per_process_memory_fraction(1.0)
+        c = torch.empty(200 << 20, dtype=torch.uint8, device="neuron")
+        print("LIFTED", torch.neuron.memory_allocated(0) >= (400 << 20))
+        """,
+        env={"NEURON_EMU_HBM_GIB": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OOM True True" in result.stdout and "LIFTED True" in result.stdout
+
+
+@pytest.mark.parametrize("bad, error", [(1.5, ValueError), (-0.1, ValueError), ("half", TypeError)])
+def test_per_process_memory_fraction_rejects_bad_values(bad, error):
+    with pytest.raises(error, match="fraction"):
+        torch.neuron.set_per_process_memory_fraction(bad)
+    assert torch.neuron.get_per_process_memory_fraction() == 1.0
+
+
+def test_memory_fraction_of_an_invalid_core_names_the_index():
+    with pytest.raises(RuntimeError, match="Invalid device index neuron:99"):
+        torch.neuron.set_per_process_memory_fraction(0.5, 99)
+
+
+def test_memory_snapshot_lists_live_and_cached_segments():
+    torch.neuron.empty_cache()
+    live = torch.empty(3 * MiB, dtype=torch.uint8, device="neuron:1")
+    cached = torch.empty(5 * MiB, dtype=torch.uint8, device="neuron:1")
+    cached_address = cached.data_ptr()
+    del cached
+    segments = {s["address"]: s for s in torch.neuron.memory_snapshot() if s["device"] == 1}
+    entry = segments[live.data_ptr()]
+    assert entry["total_size"] >= 3 * MiB and entry["requested_size"] == 3 * MiB
+    assert entry["segment_type"] == "large" and entry["blocks"][0]["state"] == "active_allocated"
+    assert segments[cached_address]["blocks"][0]["state"] == "inactive"
+    assert segments[cached_address]["allocated_size"] == 0
+    total = sum(s["total_size"] for s in torch.neuron.memory_snapshot() if s["device"] == 1)
+    assert total == torch.neuron.memory_reserved(1)
+
+
+def test_host_memory_stats_and_empty_host_cache():
+    # torch.accelerator.empty_host_cache() reached a null host allocator and crashed the process.
+    torch.ones(1, device="neuron")
+    torch.neuron.reset_peak_host_memory_stats()
+    before = torch.neuron.host_memory_stats()
+    pinned = torch.empty(MiB, dtype=torch.uint8).pin_memory()
+    stats = torch.neuron.host_memory_stats()
+    assert stats["active_bytes.current"] == before["active_bytes.current"] + MiB
+    assert stats["num_host_alloc"] == before["num_host_alloc"] + 1
+    del pinned
+    assert torch.neuron.host_memory_stats()["active_bytes.current"] == before["active_bytes.current"]
+    assert torch.neuron.host_memory_stats()["active_bytes.peak"] >= MiB
+    torch.accelerator.empty_host_cache()
+
+
+def test_accelerator_device_capability_lists_the_dtypes():
+    dtypes = torch.accelerator.get_device_capability("neuron:0")["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool} <= set(dtypes)
+    assert torch.qint8 not in dtypes  # quantized tensors are refused on neuron
+    with pytest.raises(RuntimeError, match="Invalid device index"):
+        torch._C._accelerator_getDeviceCapability(42)
+
+
+def test_device_capability_follows_the_float64_policy(python_in_subprocess):
+    result = python_in_subprocess(
+        """
+        import torch
+        dtypes = torch.accelerator.get_device_capability(0)["supported_dtypes"]
+        print(torch.float64 in dtypes, torch.float32 in dtypes)
+        """,
+        env={"NEURON_EMU_FLOAT64": "error"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "False True" in result.stdout

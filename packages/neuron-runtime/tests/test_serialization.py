@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+import textwrap
 
 import torch
 
@@ -42,3 +45,46 @@ def test_optimizer_state_roundtrip():
     restored = torch.nn.Linear(4, 2).to("neuron")
     restored.load_state_dict(state["model"])
     assert restored.weight.cpu().equal(model.weight.cpu())
+
+
+def test_neuron_tensor_through_a_multiprocessing_queue(tmp_path):
+    # torch's reducer called a CPU-only sharing method in the queue's feeder thread: the item
+    # was dropped and the receiving process waited forever. Neuron tensors now travel by value.
+    script = tmp_path / "queue_roundtrip.py"
+    script.write_text(textwrap.dedent(
+        """
+        import torch
+        import torch.multiprocessing as mp
+
+        def worker(inbox, outbox):
+            x = inbox.get(timeout=60)
+            outbox.put((x.device.type, x.device.index, (x * 2).cpu()))
+            outbox.put(x + 1)
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            inbox, outbox = ctx.Queue(), ctx.Queue()
+            child = ctx.Process(target=worker, args=(inbox, outbox))
+            child.start()
+            x = torch.arange(6.0, device="neuron:1").reshape(2, 3)[:, 1:]  # a strided view
+            inbox.put(x)
+            device_type, index, doubled = outbox.get(timeout=60)
+            back = outbox.get(timeout=60)
+            child.join(timeout=60)
+            print(device_type, index, doubled.equal(x.cpu() * 2), back.device,
+                  back.cpu().equal(x.cpu() + 1))
+        """
+    ))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert "neuron 1 True neuron:1 True" in result.stdout
+
+
+def test_cpu_tensors_still_travel_through_shared_memory():
+    import torch.multiprocessing as mp
+
+    queue = mp.get_context("spawn").SimpleQueue()
+    x = torch.arange(4.0)
+    queue.put(x)
+    received = queue.get()
+    assert received.equal(x) and received.is_shared()

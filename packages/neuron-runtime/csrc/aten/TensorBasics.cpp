@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -31,6 +32,17 @@ c10::Device neuronDevice(std::optional<c10::Device> device) {
   return {c10::DeviceType::PrivateUse1, index};
 }
 
+// torch.use_deterministic_algorithms(True) fills new memory with NaN (or the dtype's maximum),
+// as the CPU and CUDA factories do, so uninitialised reads are reproducible.
+at::Tensor fillIfDeterministic(at::Tensor tensor) {
+  auto& context = at::globalContext();
+  if (C10_UNLIKELY(context.deterministicAlgorithms() &&
+                   context.deterministicFillUninitializedMemory())) {
+    at::native::fill_empty_deterministic_(tensor);
+  }
+  return tensor;
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
                                std::optional<c10::Device> device,
@@ -42,9 +54,9 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   const auto scalar_type = c10::dtype_or_default(dtype);
   checkFloat64("aten::empty", scalar_type);
   c10::DeviceGuard guard(where);
-  return at::detail::empty_generic(size, &cachingAllocator(),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   scalar_type, memory_format);
+  return fillIfDeterministic(at::detail::empty_generic(
+      size, &cachingAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), scalar_type,
+      memory_format));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -56,9 +68,9 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   const auto scalar_type = c10::dtype_or_default(dtype);
   checkFloat64("aten::empty_strided", scalar_type);
   c10::DeviceGuard guard(where);
-  return at::detail::empty_strided_generic(size, stride, &cachingAllocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           scalar_type);
+  return fillIfDeterministic(at::detail::empty_strided_generic(
+      size, stride, &cachingAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      scalar_type));
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,

@@ -31,6 +31,7 @@ struct OpPlan {
   std::vector<bool> arg_is_generator;
   std::vector<bool> arg_is_dtype;
   bool accepts_cpu_tensors = false;  // indexing ops take CPU index tensors, as on CUDA
+  int indices_arg = -1;              // their `indices` argument
 };
 
 bool acceptsCpuTensors(const std::string& base_name) {
@@ -47,6 +48,9 @@ std::unique_ptr<OpPlan> makePlan(const c10::FunctionSchema& schema) {
   plan->accepts_cpu_tensors = acceptsCpuTensors(schema.name());
   const auto& args = schema.arguments();
   for (const auto& arg : args) {
+    if (plan->accepts_cpu_tensors && arg.name() == "indices") {
+      plan->indices_arg = static_cast<int>(plan->arg_is_write.size());
+    }
     const auto* alias = arg.alias_info();
     plan->arg_is_write.push_back(alias != nullptr && alias->isWrite());
     const auto& type = arg.real_type();
@@ -203,12 +207,32 @@ void syncWrittenValue(const c10::IValue& original, const c10::IValue& bridged, H
   }
 }
 
+// ATen's rule for indexing (check_indices_on_cpu_or_selfdevice): each index is on the CPU or on
+// the indexed tensor's device. Checked before bridging, which erases the devices.
+void checkIndicesOnCpuOrSelfDevice(const OpPlan& plan, const torch::jit::Stack& stack,
+                                   size_t first) {
+  if (plan.indices_arg < 0) return;
+  const c10::IValue& self = stack[first];
+  const c10::IValue& indices = stack[first + static_cast<size_t>(plan.indices_arg)];
+  if (!self.isTensor() || !self.toTensor().defined() || !indices.isList()) return;
+  const c10::Device self_device = self.toTensor().device();
+  for (const c10::IValue& element : indices.toListRef()) {
+    if (!element.isTensor()) continue;
+    const at::Tensor& index = element.toTensor();
+    TORCH_CHECK(!index.defined() || index.is_cpu() || index.device() == self_device,
+                "indices should be either on cpu or on the same device as the indexed tensor (",
+                deviceName(self_device), ")");
+  }
+}
+
 void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
                       torch::jit::Stack* stack) {
   const OpPlan& plan = planFor(op);
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const size_t first = stack->size() - num_args;
+
+  checkIndicesOnCpuOrSelfDevice(plan, *stack, first);
 
   HostViewSet views;
   ArgumentBridge bridge(plan, schema, views);

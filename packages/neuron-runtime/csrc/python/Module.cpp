@@ -6,6 +6,7 @@
 #include "driver/RuntimeConfig.h"
 #include "runtime/NeuronCachingAllocator.h"
 #include "runtime/NeuronGenerator.h"
+#include "runtime/NeuronHostAllocator.h"
 #include "runtime/NeuronStream.h"
 
 #include <torch/csrc/Generator.h>
@@ -45,6 +46,57 @@ py::dict memoryStats(c10::DeviceIndex device) {
   result["active_bytes"] = statArray(stats.active_bytes);
   result["inactive_split_bytes"] = statArray(stats.inactive_split_bytes);
   result["requested_bytes"] = statArray(stats.requested_bytes);
+  return result;
+}
+
+// One entry per segment, in the layout of torch.cuda.memory_snapshot().
+py::list memorySnapshot() {
+  py::list segments;
+  for (const SegmentSnapshot& segment : cachingAllocator().snapshot()) {
+    py::dict block;
+    block["address"] = segment.address;
+    block["size"] = segment.size;
+    block["requested_size"] = segment.requested;
+    block["state"] = segment.active ? "active_allocated" : "inactive";
+    block["frames"] = py::list();
+    py::dict entry;
+    entry["device"] = static_cast<int>(segment.device);
+    entry["address"] = segment.address;
+    entry["total_size"] = segment.size;
+    entry["allocated_size"] = segment.active ? segment.size : 0;
+    entry["active_size"] = segment.active ? segment.size : 0;
+    entry["requested_size"] = segment.requested;
+    entry["stream"] = 0;
+    entry["segment_type"] = segment.small ? "small" : "large";
+    entry["segment_pool_id"] = py::make_tuple(0, 0);
+    entry["is_expandable"] = false;
+    entry["frames"] = py::list();
+    py::list blocks;
+    blocks.append(block);
+    entry["blocks"] = blocks;
+    segments.append(entry);
+  }
+  return segments;
+}
+
+// The same nested layout as torch.cuda.host_memory_stats_as_nested_dict().
+py::dict hostMemoryStats() {
+  const at::HostStats stats = hostAllocator().get_stats();
+  auto stat = [](const c10::CachingAllocator::Stat& s) {
+    py::dict d;
+    d["current"] = s.current;
+    d["peak"] = s.peak;
+    d["allocated"] = s.allocated;
+    d["freed"] = s.freed;
+    return d;
+  };
+  py::dict result;
+  result["active_requests"] = stat(stats.active_requests);
+  result["active_bytes"] = stat(stats.active_bytes);
+  result["allocations"] = stat(stats.allocations);
+  result["allocated_bytes"] = stat(stats.allocated_bytes);
+  result["num_host_alloc"] = stats.num_host_alloc;
+  result["num_host_free"] = stats.num_host_free;
   return result;
 }
 
@@ -90,6 +142,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_reset_accumulated_stats", [](int device) {
     cachingAllocator().resetAccumulatedStats(static_cast<c10::DeviceIndex>(device));
   });
+  m.def("_set_memory_fraction", [](double fraction, int device) {
+    cachingAllocator().setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("_get_memory_fraction", [](int device) {
+    return cachingAllocator().memoryFraction(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("_memory_snapshot", &memorySnapshot);
+  m.def("_host_memory_stats", &hostMemoryStats);
+  m.def("_reset_host_peak_stats", []() { hostAllocator().reset_peak_stats(); });
+  m.def("_reset_host_accumulated_stats", []() { hostAllocator().reset_accumulated_stats(); });
   m.def("_mem_get_info", [](int device) { return cachingAllocator().getMemoryInfo(static_cast<c10::DeviceIndex>(device)); });
 
   m.def("_default_generator", [](int device) { return defaultGeneratorObject(static_cast<c10::DeviceIndex>(device)); });

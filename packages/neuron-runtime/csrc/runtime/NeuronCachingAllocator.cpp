@@ -43,6 +43,7 @@ struct CorePool {
   DeviceStats stats;
   std::multimap<size_t, void*> cached;  // free blocks by size
   size_t reserved = 0;
+  double fraction = 1.0;  // set_per_process_memory_fraction
 };
 
 std::string formatBytes(size_t bytes) {
@@ -178,6 +179,32 @@ class AllocatorState {
     return {capacity - std::min(capacity, reserved), capacity};
   }
 
+  void setFraction(double fraction, c10::DeviceIndex device) {
+    checkDeviceIndex(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    poolFor(device).fraction = fraction;
+  }
+
+  double fraction(c10::DeviceIndex device) {
+    checkDeviceIndex(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    return poolFor(device).fraction;
+  }
+
+  std::vector<SegmentSnapshot> snapshot() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<SegmentSnapshot> result;
+    result.reserve(segments_.size());
+    for (const auto& [address, extent] : segments_) {
+      const auto live = live_.find(reinterpret_cast<void*>(address));
+      const bool active = live != live_.end();
+      result.push_back({extent.second, address, extent.first,
+                        active ? live->second.requested : 0, active,
+                        extent.first <= kSmallLimit});
+    }
+    return result;
+  }
+
   c10::DeviceIndex deviceOf(const void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = segments_.upper_bound(reinterpret_cast<uintptr_t>(ptr));
@@ -209,19 +236,29 @@ class AllocatorState {
   void* newSegment(CorePool& pool, c10::DeviceIndex device, size_t size, size_t requested,
                    bool small) {
     const size_t capacity = static_cast<size_t>(runtimeConfig().capacity_bytes);
-    if (pool.reserved + size > capacity && !pool.cached.empty()) {
+    const size_t limit = pool.fraction >= 1.0
+                             ? capacity
+                             : static_cast<size_t>(pool.fraction * static_cast<double>(capacity));
+    if (pool.reserved + size > limit && !pool.cached.empty()) {
       pool.stats.num_alloc_retries += 1;
       releaseCached(pool);
     }
     void* ptr = nullptr;
-    if (pool.reserved + size <= capacity) {
+    if (pool.reserved + size <= limit) {
       if (posix_memalign(&ptr, kAlignment, size) != 0) ptr = nullptr;
     }
     if (ptr == nullptr) {
       pool.stats.num_ooms += 1;
       const size_t allocated = static_cast<size_t>(
           pool.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
-      const bool host_failed = pool.reserved + size <= capacity;
+      const bool host_failed = pool.reserved + size <= limit;
+      std::ostringstream fraction_note;
+      if (limit < capacity) {
+        fraction_note << " This process may use only " << pool.fraction << " of the core ("
+                      << formatBytes(limit)
+                      << ", torch.neuron.set_per_process_memory_fraction); it has reserved "
+                      << formatBytes(pool.reserved) << ".";
+      }
       TORCH_CHECK_WITH(
           OutOfMemoryError, false,
           "NEURON out of memory. Tried to allocate ", formatBytes(requested), ". NeuronCore ",
@@ -230,7 +267,7 @@ class AllocatorState {
           " of which ", formatBytes(capacity - std::min(capacity, pool.reserved)),
           " is free. Of the allocated memory ", formatBytes(allocated),
           " is allocated by PyTorch, and ", formatBytes(pool.reserved - allocated),
-          " is reserved by PyTorch but unallocated.",
+          " is reserved by PyTorch but unallocated.", fraction_note.str(),
           host_failed ? " (The host could not provide the memory: the machine running the "
                         "emulator is out of RAM.)"
                       : "",
@@ -322,6 +359,20 @@ void NeuronCachingAllocator::resetPeakStats(c10::DeviceIndex device) {
 
 std::pair<size_t, size_t> NeuronCachingAllocator::getMemoryInfo(c10::DeviceIndex device) {
   return state().memoryInfo(device);
+}
+
+void NeuronCachingAllocator::setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  TORCH_CHECK_VALUE(fraction >= 0.0 && fraction <= 1.0, "Invalid fraction value: ", fraction,
+                    ". Allowed range: 0~1");
+  state().setFraction(fraction, device);
+}
+
+double NeuronCachingAllocator::memoryFraction(c10::DeviceIndex device) {
+  return state().fraction(device);
+}
+
+std::vector<SegmentSnapshot> NeuronCachingAllocator::snapshot() {
+  return state().snapshot();
 }
 
 c10::DeviceIndex NeuronCachingAllocator::deviceOfPointer(const void* ptr) const {

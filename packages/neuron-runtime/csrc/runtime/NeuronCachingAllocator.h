@@ -5,7 +5,21 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace neuron {
+
+// One segment of a core's memory as torch.neuron.memory_snapshot() reports it. The allocator
+// never splits segments, so each holds exactly one block.
+struct SegmentSnapshot {
+  c10::DeviceIndex device;
+  uintptr_t address;
+  size_t size;
+  size_t requested;  // 0 when the block is cached (inactive)
+  bool active;
+  bool small;
+};
 
 class NeuronCachingAllocator final : public c10::DeviceAllocator {
  public:
@@ -24,6 +38,13 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override;
   // (free, total) bytes of the core's emulated HBM.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
+
+  // Caps what the process may reserve on a core at fraction x capacity
+  // (torch.cuda.set_per_process_memory_fraction); 1.0 lifts the cap.
+  void setMemoryFraction(double fraction, c10::DeviceIndex device);
+  double memoryFraction(c10::DeviceIndex device);
+  // Every segment of every core, ordered by address.
+  std::vector<SegmentSnapshot> snapshot();
 
   // The core that owns a pointer into neuron memory, or -1.
   c10::DeviceIndex deviceOfPointer(const void* ptr) const;

@@ -1,6 +1,7 @@
 // The device guard: how c10 switches the current core, and the stream/event interface
 // (torch.Stream, torch.Event and torch.accelerator all go through it).
 #include "driver/DeviceState.h"
+#include "driver/RuntimeConfig.h"
 #include "runtime/NeuronStream.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -66,6 +67,20 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::DeviceIndex deviceCount() const noexcept override { return neuron::deviceCount(); }
+
+  // torch.accelerator.get_device_capability: the dtypes a neuron tensor can hold.
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    checkDeviceIndex(indexOf(device));
+    c10::DeviceCapability capability;  // every dtype on
+    auto& types = capability.capability_data.supported_scalar_types;
+    // Quantized tensors are refused on neuron (UnsupportedTensorKinds.cpp).
+    types.has_QInt8 = types.has_QUInt8 = types.has_QInt32 = 0;
+    types.has_QUInt4x2 = types.has_QUInt2x4 = 0;
+    if (runtimeConfig().float64 == Float64Policy::kError) {
+      types.has_Double = types.has_ComplexDouble = 0;  // NEURON_EMU_FLOAT64=error
+    }
+    return capability;
+  }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {

@@ -14,19 +14,27 @@ import torch
 
 from neuron_runtime import _C
 from neuron_runtime._config import RuntimeConfig, load_config
+from neuron_runtime.neuron import memory
 from neuron_runtime.neuron.memory import (
     empty_cache,
+    get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
     memory_allocated,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
     memory_stats_as_nested_dict,
     memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
 )
 from neuron_runtime.neuron.random import (
     default_generators,
@@ -54,13 +62,16 @@ from neuron_runtime.neuron.streams import (
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
-    "get_device_capability", "get_device_name", "get_device_properties", "get_rng_state",
-    "get_rng_state_all", "init", "initial_seed", "is_available", "is_bf16_supported",
-    "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
-    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
-    "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_memory_stats",
-    "reset_max_memory_allocated", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
-    "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "get_device_capability", "get_device_name", "get_device_properties",
+    "get_per_process_memory_fraction", "get_rng_state", "get_rng_state_all",
+    "host_memory_stats", "host_memory_stats_as_nested_dict", "init", "initial_seed",
+    "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
+    "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory", "memory_allocated",
+    "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "reset_peak_host_memory_stats", "reset_peak_memory_stats",
+    "seed", "seed_all", "set_device", "set_per_process_memory_fraction", "set_rng_state",
+    "set_rng_state_all", "set_stream", "stream", "synchronize",
     "NeuronDeviceProperties",
 ]
 

@@ -8,10 +8,12 @@ from typing import Any
 from neuron_runtime import _C
 
 __all__ = [
-    "empty_cache", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
-    "memory_allocated", "memory_reserved", "memory_stats", "memory_stats_as_nested_dict",
-    "memory_summary", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
-    "reset_peak_memory_stats",
+    "empty_cache", "get_per_process_memory_fraction", "host_memory_stats",
+    "host_memory_stats_as_nested_dict", "max_memory_allocated", "max_memory_reserved",
+    "mem_get_info", "memory_allocated", "memory_reserved", "memory_snapshot", "memory_stats",
+    "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_host_memory_stats",
+    "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats", "set_per_process_memory_fraction",
 ]
 
 
@@ -31,8 +33,8 @@ def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
     return _C._memory_stats(_index(device))
 
 
-def memory_stats(device: Any = None) -> dict[str, Any]:
-    """Allocator statistics, flattened to ``"allocated_bytes.all.current"``-style keys."""
+def _flatten(nested: dict[str, Any]) -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``, sorted by key (torch.cuda's flat layout)."""
     result: list[tuple[str, Any]] = []
 
     def flatten(prefix: str, obj: Any) -> None:
@@ -42,8 +44,61 @@ def memory_stats(device: Any = None) -> dict[str, Any]:
         else:
             result.append((prefix, obj))
 
-    flatten("", memory_stats_as_nested_dict(device))
+    flatten("", nested)
     return collections.OrderedDict(sorted(result))
+
+
+def memory_stats(device: Any = None) -> dict[str, Any]:
+    """Allocator statistics, flattened to ``"allocated_bytes.all.current"``-style keys."""
+    return _flatten(memory_stats_as_nested_dict(device))
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Lets this process reserve at most ``fraction`` x the core's HBM (as on CUDA).
+
+    Allocations beyond the cap raise ``torch.OutOfMemoryError``; 1.0 lifts it. Memory already
+    reserved is not released.
+    """
+    if not isinstance(fraction, (float, int)) or isinstance(fraction, bool):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _C._set_memory_fraction(float(fraction), _index(device))
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    """The fraction set by set_per_process_memory_fraction (1.0 by default)."""
+    return _C._get_memory_fraction(_index(device))
+
+
+def memory_snapshot() -> list[dict[str, Any]]:
+    """Every segment the allocator holds on every core, in torch.cuda.memory_snapshot()'s layout."""
+    return _C._memory_snapshot()
+
+
+def _snapshot(device: Any = None) -> dict[str, Any]:
+    """torch.cuda.memory._snapshot()'s layout: the segments; no allocation history is recorded."""
+    return {"segments": memory_snapshot(), "device_traces": [], "allocator_settings": {}}
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    """Pinned host memory statistics as a nested dict (see torch.cuda.host_memory_stats)."""
+    return _C._host_memory_stats()
+
+
+def host_memory_stats() -> dict[str, Any]:
+    """Pinned host memory statistics, flattened to ``"allocated_bytes.current"``-style keys."""
+    return _flatten(host_memory_stats_as_nested_dict())
+
+
+def reset_peak_host_memory_stats() -> None:
+    """Resets the peaks of the pinned host memory statistics."""
+    _C._reset_host_peak_stats()
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    """Resets the accumulated counters of the pinned host memory statistics."""
+    _C._reset_host_accumulated_stats()
 
 
 def _stat(device: Any, name: str, field: str) -> int:
