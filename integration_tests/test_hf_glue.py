@@ -382,3 +382,47 @@ def test_testing_utils_dispatch_to_the_neuron_device():
     assert torch.equal(first, torch.randn(4, device="neuron"))
     torch.neuron.manual_seed(8)
     assert not torch.equal(first, torch.randn(4, device="neuron"))
+
+
+# -- transformers: continuous batching's memory budget ------------------------------------------
+
+
+def test_canary_upstream_continuous_batching_budgets_host_memory_on_neuron():
+    from transformers.generation.continuous_batching.utils import get_device_and_memory_breakdown
+
+    device, total, _, _ = original_of(get_device_and_memory_breakdown)()
+    assert device.type == "cpu" and total != torch.neuron.mem_get_info()[1]
+
+
+def test_generate_batch_sizes_its_cache_from_the_core(tmp_path):
+    """On a 1 GiB core, generate_batch() sized its paged cache from host RAM and ran out of memory."""
+    script = tmp_path / "generate_batch.py"
+    script.write_text(textwrap.dedent(
+        """
+        import logging
+        import torch
+        from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+        from transformers.generation.continuous_batching import cache
+
+        logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)
+        config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config).eval()
+        prompts = [[1, 5, 7, 9], [3, 4, 5, 6, 7, 8], [10, 11]]
+        expected = [model.generate(torch.tensor([p]), max_new_tokens=5, do_sample=False)[0, len(p):].tolist()
+                    for p in prompts]
+        device, total, _, _ = cache.get_device_and_memory_breakdown()
+        model.to("neuron")
+        config = GenerationConfig(max_new_tokens=5, do_sample=False, eos_token_id=-1, pad_token_id=0)
+        results = model.generate_batch(prompts, generation_config=config)
+        got = sorted(r.generated_tokens for r in results.values())
+        print(device.type, total == torch.neuron.mem_get_info()[1], got == sorted(expected),
+              torch.neuron.max_memory_reserved() <= (1 << 30))
+        """
+    ))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_")}
+    env["NEURON_EMU_HBM_GIB"] = "1"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "neuron True True True"

@@ -1,4 +1,5 @@
-"""transformers 5.23 on neuron: the Trainer's RNG checkpoint, and the device tables of its test utilities."""
+"""transformers 5.23 on neuron: the Trainer's RNG checkpoint, continuous batching's memory budget, and the
+device tables of its test utilities."""
 
 from __future__ import annotations
 
@@ -78,6 +79,30 @@ def _patch_trainer_rng(module: ModuleType) -> None:
     replace_function(module.Trainer, "_load_rng_state", _make_load)
 
 
+def _make_memory_breakdown(original: Callable[..., Any]) -> Callable[..., Any]:
+    def get_device_and_memory_breakdown() -> tuple[torch.device, int, int, int]:
+        if not on_neuron():
+            return original()
+        # The same figures as upstream's CUDA branch, from the current core's allocator.
+        neuron = torch.neuron
+        device = torch.device("neuron", neuron.current_device())
+        neuron.empty_cache()
+        neuron.synchronize()
+        free, total = neuron.mem_get_info(device)
+        return device, total, neuron.memory_reserved(device), total - free
+
+    return get_device_and_memory_breakdown
+
+
+def _patch_continuous_batching_memory(module: ModuleType) -> None:
+    # Upstream: get_device_and_memory_breakdown() has cuda, xpu and mps branches and otherwise
+    # reports the host's RAM, so generate_batch() on a neuron model sizes its paged KV cache
+    # from host memory (here: 22 GB on a 24 GiB core; on a Trainium host with far more RAM than
+    # HBM, an OutOfMemoryError). On neuron it now reports the core's HBM, as the CUDA branch does.
+    replace_function(module, "get_device_and_memory_breakdown", _make_memory_breakdown,
+                     rebind=("transformers.generation.continuous_batching",))
+
+
 # transformers.testing_utils' device-agnostic tables (backend_manual_seed, backend_device_count,
 # backend_memory_allocated, ...) -> the torch.neuron function each entry calls.
 _TESTING_TABLES = {
@@ -111,6 +136,14 @@ FIXES = [
         versions="~=5.23.0",
         corrects="the Trainer's checkpoints do not save or restore the neuron RNG",
         apply=_patch_trainer_rng,
+    ),
+    Fix(
+        name="transformers.continuous_batching.memory_breakdown",
+        module="transformers.generation.continuous_batching.utils",
+        distribution="transformers",
+        versions="~=5.23.0",
+        corrects="generate_batch() sizes its paged cache from host RAM instead of the core's HBM",
+        apply=_patch_continuous_batching_memory,
     ),
     Fix(
         name="transformers.testing_utils.device_tables",
