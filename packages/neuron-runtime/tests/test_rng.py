@@ -97,3 +97,26 @@ def test_dropout_uses_the_device_generator_and_restores_with_state():
     torch.neuron.set_rng_state(state)
     b = torch.nn.functional.dropout(x, 0.5)
     assert a.cpu().equal(b.cpu())
+
+
+@pytest.mark.parametrize("op", [
+    "uniform_", "normal_", "exponential_", "bernoulli", "multinomial", "randn", "randperm",
+])
+def test_neuron_generator_for_cpu_tensors_errors(op):
+    # The generator alone routed the op to the device: CPU tensors were filled from the neuron
+    # stream, and multinomial of CPU probabilities returned a neuron tensor.
+    g = torch.Generator("neuron").manual_seed(0)
+    call = {
+        "uniform_": lambda: torch.empty(4).uniform_(generator=g),
+        "normal_": lambda: torch.empty(4).normal_(generator=g),
+        "exponential_": lambda: torch.empty(4).exponential_(generator=g),
+        "bernoulli": lambda: torch.bernoulli(torch.full((4,), 0.5), generator=g),
+        "multinomial": lambda: torch.multinomial(torch.ones(4), 2, generator=g),
+        "randn": lambda: torch.randn(4, generator=g),
+        "randperm": lambda: torch.randperm(4, generator=g),
+    }[op]
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'neuron'"):
+        call()
+    # With the tensors on the device the same generator is accepted.
+    assert torch.randn(4, generator=g, device="neuron").device.type == "neuron"
+    assert torch.empty(4, device="neuron").uniform_(generator=g).device.type == "neuron"

@@ -273,6 +273,12 @@ void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*
     TORCH_CHECK(generator.device().is_privateuseone(),
                 "Expected a 'neuron' device type for generator but found '",
                 generator.device().type(), "' (in ", plan.name, ")");
+    // Only the neuron generator routed the op here: it works on CPU tensors, which need a
+    // CPU generator (the CPU kernel would otherwise draw from the device's stream).
+    TORCH_CHECK(bridge.device() || device_arg,
+                "Expected a 'cpu' device type for generator but found 'neuron' (in ", plan.name,
+                "): the op's tensors are on the CPU. Pass a CPU torch.Generator, or move the "
+                "tensors to the neuron device.");
     value = at::check_generator<NeuronGeneratorImpl>(generator)->engine();
   }
 
