@@ -60,6 +60,7 @@ def test_neuron_tensor_through_a_multiprocessing_queue(tmp_path):
             x = inbox.get(timeout=60)
             outbox.put((x.device.type, x.device.index, (x * 2).cpu()))
             outbox.put(x + 1)
+            inbox.get(timeout=60)  # as for CPU tensors: stay alive until the parent has them
 
         if __name__ == "__main__":
             ctx = mp.get_context("spawn")
@@ -70,6 +71,7 @@ def test_neuron_tensor_through_a_multiprocessing_queue(tmp_path):
             inbox.put(x)
             device_type, index, doubled = outbox.get(timeout=60)
             back = outbox.get(timeout=60)
+            inbox.put("done")
             child.join(timeout=60)
             print(device_type, index, doubled.equal(x.cpu() * 2), back.device,
                   back.cpu().equal(x.cpu() + 1))
