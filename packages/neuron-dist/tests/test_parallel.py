@@ -9,6 +9,7 @@ from conftest import assert_case, launch, results
 CASES = [
     "ddp_matches_single_device",
     "ddp_device_ids_moves_cpu_inputs",
+    "ddp_bf16_compress_hook",
     "fsdp2_fp32_matches_single_device",
     "fsdp2_bf16_mixed_precision_matches_single_device",
     "fsdp2_collectives_visible_to_comm_debug_mode",

@@ -88,6 +88,23 @@ def ddp_device_ids_moves_cpu_inputs() -> float:
     return ref_loss
 
 
+@cases.case
+def ddp_bf16_compress_hook() -> float:
+    """torch accepts the bf16 hook only on CUDA+NCCL or XPU builds; the neuron backend reduces bf16."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+    reference = _mlp().to(DEVICE)
+    ddp = DistributedDataParallel(copy.deepcopy(reference))
+    ddp.register_comm_hook(None, bf16_compress_hook)
+    batch = _batches()
+    ref_loss, ref_grads = _reference_grads(reference, batch)
+    ddp(batch[RANK::WORLD]).pow(2).mean().backward()
+    for name, param in ddp.module.named_parameters():
+        assert param.grad.dtype == torch.float32, param.grad.dtype
+        _close(param.grad, ref_grads[name], f"grad {name}", atol=1e-2, rtol=1e-2)  # bf16 tolerance
+    return ref_loss
+
+
 def _fsdp_step(mp: MixedPrecisionPolicy | None, reference: nn.Module) -> tuple[torch.Tensor, nn.Module]:
     model = copy.deepcopy(reference)
     kwargs = {"mesh": MESH} | ({"mp_policy": mp} if mp else {})
