@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,23 +146,38 @@ def test_cpu_scalar_output_of_a_neuron_op_is_a_device_mismatch():
             compute(torch.empty(()))
 
 
-def test_nested_tensors_are_refused_and_the_transformer_fast_path_says_how_to_avoid_them():
+def test_strided_nested_tensors_are_refused_with_what_to_use():
     nested = torch.nested.nested_tensor([torch.rand(2, 4), torch.rand(3, 4)], device="neuron")
     with pytest.raises(NotImplementedError, match="nested tensors are not supported.*torch.jagged"):
         torch.relu(nested)
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("final_norm", [False, True])
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_transformer_encoder_fast_path_matches_the_cpu_nested_path(batch_first, final_norm, float_mask):
+    # In eval mode with a padding mask the encoder packs its input into a strided nested tensor
+    # on its fast-path devices, neuron included; that failed. It now runs dense on neuron, with
+    # the nested path's result: padded positions zero before the final norm.
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=True)
-    x = torch.randn(2, 5, 8)
-    mask = torch.tensor([[False] * 5, [False, False, False, True, True]])
-    eager = torch.nn.TransformerEncoder(layer, 2).to("neuron").eval()
-    with torch.no_grad(), pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
-        eager(x.to("neuron"), src_key_padding_mask=mask.to("neuron"))
-    cpu = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
-    neuron = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to("neuron").eval()
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, batch_first=batch_first)
+    norm = torch.nn.LayerNorm(8) if final_norm else None
+    cpu = torch.nn.TransformerEncoder(layer, 2, norm=norm).eval()
+    assert cpu.use_nested_tensor == batch_first  # torch packs batch-first inputs only
+    neuron = copy.deepcopy(cpu).to("neuron")
+    x = torch.randn(3, 5, 8) if batch_first else torch.randn(5, 3, 8)
+    mask = torch.tensor([[False] * 5, [False, False, False, True, True], [False, True, True, True, True]])
+    if float_mask:
+        mask = torch.zeros(3, 5).masked_fill(mask, float("-inf"))
     with torch.no_grad():
-        expected = cpu(x, src_key_padding_mask=mask)
+        expected = cpu(x, src_key_padding_mask=mask)  # the CPU takes the nested path
         got = neuron(x.to("neuron"), src_key_padding_mask=mask.to("neuron"))
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+    assert neuron.use_nested_tensor == batch_first and (neuron.norm is None) == (norm is None)  # restored
+    # Training mode (no fast path) is untouched and still matches.
+    cpu.train(), neuron.train()
+    torch.testing.assert_close(neuron(x.to("neuron"), src_key_padding_mask=mask.to("neuron")).detach().cpu(),
+                               cpu(x, src_key_padding_mask=mask).detach(), rtol=1e-5, atol=1e-5)
 
 
 def test_indexing_a_cpu_tensor_with_neuron_indices_is_refused_as_in_aten():

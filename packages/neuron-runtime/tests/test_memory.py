@@ -177,6 +177,11 @@ def test_accelerator_device_capability_lists_the_dtypes():
     dtypes = torch.accelerator.get_device_capability("neuron:0")["supported_dtypes"]
     assert {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool} <= set(dtypes)
     assert torch.qint8 not in dtypes  # quantized tensors are refused on neuron
+    # The documented contract: every listed dtype can be allocated and converted to the others.
+    for dtype in dtypes:
+        x = torch.zeros(2, dtype=dtype, device="neuron")
+        assert x.to(torch.float32).to(dtype).dtype == dtype
+        assert torch.zeros(2, device="neuron").to(dtype).dtype == dtype
     with pytest.raises(RuntimeError, match="Invalid device index"):
         torch._C._accelerator_getDeviceCapability(42)
 

@@ -76,6 +76,13 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     // Quantized tensors are refused on neuron (UnsupportedTensorKinds.cpp).
     types.has_QInt8 = types.has_QUInt8 = types.has_QInt32 = 0;
     types.has_QUInt4x2 = types.has_QUInt2x4 = 0;
+    // Bit-packed and sub-byte types: storage only, no conversions (none on the CPU either).
+    types.has_Bits1x8 = types.has_Bits2x4 = types.has_Bits4x2 = types.has_Bits8 = 0;
+    types.has_Bits16 = types.has_Float4_e2m1fn_x2 = 0;
+    types.has_UInt1 = types.has_UInt2 = types.has_UInt3 = types.has_UInt4 = 0;
+    types.has_UInt5 = types.has_UInt6 = types.has_UInt7 = 0;
+    types.has_Int1 = types.has_Int2 = types.has_Int3 = types.has_Int4 = 0;
+    types.has_Int5 = types.has_Int6 = types.has_Int7 = 0;
     if (runtimeConfig().float64 == Float64Policy::kError) {
       types.has_Double = types.has_ComplexDouble = 0;  // NEURON_EMU_FLOAT64=error
     }
