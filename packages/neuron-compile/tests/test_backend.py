@@ -143,3 +143,21 @@ def test_integer_histc_compiles_like_the_device_runs_it(fresh_compiler):
     assert counts.dtype == torch.int32 and counts.device.type == "neuron"
     torch.testing.assert_close(counts.cpu(), expected_counts.cpu())
     torch.testing.assert_close(probs.cpu(), expected_probs.cpu())
+
+
+def test_rng_state_functions_break_the_graph_like_cuda_ones():
+    # torch's freeze_rng_state (OpInfo's wrapper_set_seed) restores the accelerator's RNG state
+    # inside no_dispatch(); Dynamo traced into torch.neuron.set_rng_state and failed, for every
+    # backend, CPU Inductor included, once the device was loaded.
+    from torch.testing._utils import freeze_rng_state
+
+    def f(x):
+        with freeze_rng_state():
+            torch.manual_seed(42)
+            return torch.nn.functional.dropout(x, 0.5) * 0 + x.sin()
+
+    x = torch.arange(6.0)
+    for backend, device in (("inductor", "cpu"), ("neuron", "neuron")):
+        torch._dynamo.reset()
+        got = torch.compile(f, backend=backend)(x.to(device))
+        torch.testing.assert_close(got.cpu(), x.sin())

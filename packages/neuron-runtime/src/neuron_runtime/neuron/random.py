@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from torch._compile import _disable_dynamo  # lazy: imports Dynamo on first call only
 
 from neuron_runtime import _C
 
@@ -37,16 +38,19 @@ def _generator(device: Any = None) -> torch.Generator:
     return _C._default_generator(_device_index(device))
 
 
+@_disable_dynamo  # a graph break, as for torch.cuda's (Dynamo skips those by name)
 def get_rng_state(device: Any = "neuron") -> torch.Tensor:
     """The RNG state of a core as a ByteTensor (on the CPU)."""
     return _generator(device).get_state()
 
 
+@_disable_dynamo  # a graph break, as for torch.cuda's (Dynamo skips those by name)
 def get_rng_state_all() -> list[torch.Tensor]:
     """The RNG states of all cores."""
     return [get_rng_state(i) for i in range(_C._device_count())]
 
 
+@_disable_dynamo  # a graph break, as for torch.cuda's (Dynamo skips those by name)
 def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
     """Restores a core's RNG state from get_rng_state's result."""
     state = new_state
@@ -58,6 +62,7 @@ def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
     _generator(device).set_state(state)
 
 
+@_disable_dynamo  # a graph break, as for torch.cuda's (Dynamo skips those by name)
 def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
     """Restores every core's RNG state."""
     for index, state in enumerate(new_states):
