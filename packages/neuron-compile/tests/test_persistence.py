@@ -22,6 +22,15 @@ _SCRIPT = """
         return _build(self, *args, **kwargs)
 
     cpp_builder.CppBuilder.build = _counting_build
+    from torch._inductor.cpu_vec_isa import VecISA
+    probes = []  # child processes Inductor starts to check that a vector-ISA probe library loads
+    _probe_load = VecISA._probe_load
+
+    def _counting_probe_load(self, path):
+        probes.append(path)
+        return _probe_load(self, path)
+
+    VecISA._probe_load = _counting_probe_load
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4)).to("neuron")
     x = torch.arange(64, dtype=torch.float32).reshape(4, 16).to("neuron") / 64
@@ -34,6 +43,7 @@ _SCRIPT = """
     print("GRAD", repr(model[0].weight.grad.sum().item()))
     print("WARNINGS", [str(w.message).replace(chr(10), " ") for w in caught if "cache" in str(w.message)])
     print("BUILDS", builds)
+    print("PROBES", len(probes))
 """
 
 
@@ -54,6 +64,52 @@ def test_fresh_process_loads_from_disk_without_the_cpp_compiler(tmp_path):
     assert (warm["LOSS"], warm["GRAD"]) == (cold["LOSS"], cold["GRAD"])
     assert cold["BUILDS"] != "[]"
     assert warm["BUILDS"] == "[]", "the C++ compiler built something on a cache hit (a kernel or an ISA probe)"
+    if cold["PROBES"] != "0":  # x86: the cold process probed the vector ISAs and recorded the outcomes
+        assert warm["PROBES"] == "0", "a cache hit on the same CPU ran Inductor's vector-ISA probes again"
+
+
+def test_recorded_probe_outcomes_apply_only_on_the_same_cpu(tmp_path, monkeypatch):
+    from neuron_compile import _isa_probes
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    library = tmp_path / "probe" / "c1.so"
+    library.parent.mkdir()
+    library.write_bytes(b"not really a library")
+    ran = []
+    monkeypatch.setattr(VecISA, "_probe_load", lambda self, path: ran.append(path) or False)
+    _isa_probes.install_recorder()
+    isa = VecISA()
+    with _isa_probes.answered_from({"probe/c1.so": True}, _isa_probes.cpu_fingerprint()):
+        assert isa._probe_load(str(library)) is True  # replayed: no child process
+        assert isa._probe_load(str(tmp_path / "probe" / "other.so")) is False  # not recorded: probed
+    assert ran == [str(tmp_path / "probe" / "other.so")]
+    with _isa_probes.answered_from({"probe/c1.so": True}, "another CPU"):
+        assert isa._probe_load(str(library)) is False
+    assert isa._probe_load(str(library)) is False  # outside the context: always probed
+    assert ran[1:] == [str(library)] * 2
+    assert _isa_probes.recorded_outcomes()["probe/c1.so"] is False
+
+
+def test_an_entry_that_fails_to_load_is_reported_and_recompiled(fresh_compiler, monkeypatch):
+    """For example an entry written by another build of torch-neuronx whose program imports a
+    name this build does not have: a cache miss with a warning, never a failed step."""
+    from neuron_compile import backend
+
+    a = torch.randn(8, 8, device="neuron")
+    fn = lambda a: (a * 3).sin()  # noqa: E731
+    expected = torch.compile(fn, backend="neuron")(a)
+    torch._dynamo.reset()
+    backend._forget_compiled()
+
+    def broken_load(self):
+        raise ImportError("cannot import name 'gone' from 'neuron_compile._runtime_support'")
+
+    monkeypatch.setattr(NeuronExecutable, "load", broken_load)
+    with pytest.warns(UserWarning, match="cannot be loaded .*ImportError.*recompiling"):
+        again = torch.compile(fn, backend="neuron")(a)
+    assert [record.source for record in metrics.graphs()] == ["compiled", "compiled"]
+    torch.testing.assert_close(again.cpu(), expected.cpu())
 
 
 _HISTC_SCRIPT = """

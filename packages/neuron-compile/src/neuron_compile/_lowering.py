@@ -33,11 +33,14 @@ from torch._subclasses import FakeTensorMode
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+from neuron_compile import _isa_probes
 from neuron_compile._codegen import lowering_for_neuron
 from neuron_compile._device_ops import replace_cpu_rejected_ops
 from neuron_compile.executable import NeuronExecutable
 
 __all__ = ["LoweredGraph", "lower_graph"]
+
+_isa_probes.install_recorder()  # before this process's first kernel build probes the CPU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,32 +158,39 @@ def _kernel_binaries(source_paths: Sequence[str]) -> dict[str, bytes]:
     return binaries
 
 
-def _isa_probe_binaries() -> dict[str, bytes]:
-    """The shared objects Inductor built to probe the CPU's vector ISAs, keyed like kernels.
+def _isa_probe_binaries() -> tuple[dict[str, bytes], dict[str, bool]]:
+    """Inductor's vector-ISA probe libraries, keyed like kernels, and whether each one loaded.
 
-    Before it loads any kernel, Inductor decides the vector ISA by compiling a probe program
-    per candidate ISA into its cache (two g++ runs, ~5 s here). Shipping the probes with the
-    executable lets a process with an empty Inductor cache load it without any compiler run.
+    Before it loads any kernel, Inductor decides the vector ISA by building a probe library per
+    candidate ISA into its cache (two g++ runs, ~5 s here) and loading each in a child process
+    (~0.3 s each). Shipping the libraries with the executable lets a process with an empty
+    Inductor cache load it without any compiler run; shipping the outcomes this process recorded
+    (:mod:`neuron_compile._isa_probes`) lets it skip the child processes on the same CPU.
     Best effort: a torch whose probe internals differ just ships none.
     """
+    root = _inductor_cache_dir()
+    outcomes = _isa_probes.recorded_outcomes()
+    paths = set(outcomes)
     try:
         from torch._inductor import cpu_vec_isa
         from torch._inductor.codecache import write
         from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
 
-        root = _inductor_cache_dir()
-        binaries: dict[str, bytes] = {}
         for isa in cpu_vec_isa.supported_vec_isa_list:
             fingerprint = cpu_vec_isa._get_isa_dry_compile_fingerprint(isa.build_arch_flags())
             key, source = write(cpu_vec_isa.VecISA._avx_code, "cpp", extra=fingerprint)
             options = CppTorchOptions(vec_isa=isa, warning_all=False)
             binary = CppBuilder(key, [source], options, os.path.dirname(source)).get_target_file_path()
-            if os.path.exists(binary):
-                with open(binary, "rb") as handle:
-                    binaries[os.path.relpath(binary, root)] = handle.read()
-        return binaries
+            paths.add(os.path.relpath(binary, root))
     except Exception:  # noqa: BLE001 - an optimisation of the load, never a reason to fail a compile
-        return {}
+        pass
+    binaries: dict[str, bytes] = {}
+    for relative in sorted(paths):
+        path = os.path.join(root, relative)
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                binaries[relative] = handle.read()
+    return binaries, {path: outcome for path, outcome in outcomes.items() if path in binaries}
 
 
 def _serialisability_problem(gm: torch.fx.GraphModule) -> str:
@@ -214,5 +224,8 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lowe
         program = artifact.serialize()
     except (TypeError, AttributeError, RuntimeError):
         return LoweredGraph(artifact, None, _serialisability_problem(lowered))
-    executable = NeuronExecutable(program=program, kernels=_kernel_binaries(sources), support=_isa_probe_binaries())
+    support, probe_outcomes = _isa_probe_binaries()
+    executable = NeuronExecutable(program=program, kernels=_kernel_binaries(sources), support=support,
+                                  isa_probes=probe_outcomes,
+                                  cpu=_isa_probes.cpu_fingerprint() if probe_outcomes else "")
     return LoweredGraph(artifact, executable)

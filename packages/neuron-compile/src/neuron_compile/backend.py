@@ -32,7 +32,7 @@ import torch._dynamo
 import torch.fx
 
 from neuron_compile import _diagnostics, metrics
-from neuron_compile.executable import ExecutableFormatError, NeuronExecutable
+from neuron_compile.executable import NeuronExecutable
 from neuron_compile.options import CompileOptions
 
 __all__ = ["neuron_backend", "NeuronCompileError"]
@@ -267,9 +267,11 @@ class _NeuronGraph:
             return None
         try:
             return _loaded_executable(NeuronExecutable.from_bytes(payload))
-        except ExecutableFormatError as error:
-            warnings.warn(f"neuron compile cache entry {key} cannot be loaded ({error}); recompiling",
-                          stacklevel=3)
+        except Exception as error:  # noqa: BLE001 - a bad entry is a cache miss, never a failed step
+            # A damaged entry, or one a different build of torch-neuronx wrote (its program
+            # imports names this build no longer has): reported once, then replaced.
+            warnings.warn(f"neuron compile cache entry {key} cannot be loaded "
+                          f"({type(error).__name__}: {error}); recompiling", stacklevel=3)
             cache.remove(key)
             return None
 

@@ -12,10 +12,13 @@ Byte layout::
     2 bytes   format version (big-endian, 1)
     4 bytes   header length H (big-endian)
     H bytes   JSON header: {"torch": version, "program": size, "kernels": [[path, size], ...],
-              "support": [[path, size], ...]}
+              "support": [[path, size], ...], "isa_probes": {"cpu": fingerprint,
+              "loaded": {path: bool, ...}}}
     ...       the program, then each kernel binary, then each support file, in header order
 
-Support files are binaries Inductor looks for before it loads kernels (its vector-ISA probes).
+Support files are binaries Inductor looks for before it loads kernels (its vector-ISA probes);
+``isa_probes`` records whether each probe loaded on the compiling CPU, so that a process on a
+CPU with the same fingerprint need not probe again (:mod:`neuron_compile._isa_probes`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class NeuronExecutable:
     kernels: dict[str, bytes]  # path relative to Inductor's cache directory -> shared object
     torch_version: str = torch.__version__
     support: dict[str, bytes] = dataclasses.field(default_factory=dict)  # same keys; not kernels
+    isa_probes: dict[str, bool] = dataclasses.field(default_factory=dict)  # probe library -> loaded
+    cpu: str = ""  # fingerprint of the CPU isa_probes were obtained on
 
     def to_bytes(self) -> bytes:
         """Serialises the executable (see the module docstring for the layout)."""
@@ -59,6 +64,7 @@ class NeuronExecutable:
             "program": len(self.program),
             "kernels": [[name, len(self.kernels[name])] for name in names],
             "support": [[name, len(self.support[name])] for name in support],
+            "isa_probes": {"cpu": self.cpu, "loaded": self.isa_probes},
         }).encode()
         parts = [_PREFIX.pack(_MAGIC, _VERSION, len(header)), header, self.program]
         parts += [self.kernels[name] for name in names]
@@ -89,7 +95,9 @@ class NeuronExecutable:
         offset += header["program"]
         kernels, offset = _files(data, offset, header["kernels"])
         support, offset = _files(data, offset, support_sizes)
-        return cls(program=program, kernels=kernels, torch_version=header["torch"], support=support)
+        probes = header.get("isa_probes", {})
+        return cls(program=program, kernels=kernels, torch_version=header["torch"], support=support,
+                   isa_probes=dict(probes.get("loaded", {})), cpu=probes.get("cpu", ""))
 
     def load(self) -> Callable[..., Any]:
         """The executable as a callable taking the graph's flat inputs."""
@@ -101,10 +109,12 @@ class NeuronExecutable:
         from torch._inductor.standalone_compile import AOTCompiledArtifact
 
         import neuron_compile._device_ops  # noqa: F401 - defines the custom ops programs may call
+        from neuron_compile._isa_probes import answered_from
 
         # Inductor still runs the preprocessor once per process to name its precompiled header:
         # the header is part of the kernels' cache keys, though no kernel gets compiled.
-        return AOTCompiledArtifact.deserialize(self.program)
+        with answered_from(self.isa_probes, self.cpu):
+            return AOTCompiledArtifact.deserialize(self.program)
 
 
 def _files(data: bytes, offset: int, entries: list[list[Any]]) -> tuple[dict[str, bytes], int]:
