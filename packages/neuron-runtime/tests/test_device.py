@@ -121,6 +121,32 @@ def test_storage_resize():
     assert s.nbytes() == 64 and s.device.type == "neuron"
 
 
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+@pytest.mark.parametrize("dtype, name", [(torch.float32, "FloatStorage"), (torch.int64, "LongStorage"),
+                                         (torch.bool, "BoolStorage"), (torch.bfloat16, "BFloat16Storage")])
+def test_legacy_typed_storages_like_torch_cuda(dtype, name):
+    """``storage_type()`` returned None on neuron: torch looks the class up on the device module."""
+    x = torch.ones(6, dtype=dtype, device="neuron")
+    legacy = getattr(torch.neuron, name)
+    assert x.storage_type() is legacy
+    assert x.storage().type() == f"torch.neuron.{name}"
+    assert isinstance(x.storage(), legacy) and not isinstance(x.cpu().storage(), legacy)
+    assert not isinstance(torch.ones(6, device="neuron", dtype=torch.int8).storage(), legacy)
+    assert torch.is_storage(x.storage())
+    made = legacy(3)
+    assert (made.device, made.dtype, made.size()) == (torch.device("neuron", torch.neuron.current_device()), dtype, 3)
+
+
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+def test_legacy_storage_from_values_and_errors():
+    assert torch.neuron.FloatStorage([1.5, 2.5]).tolist() == [1.5, 2.5]
+    assert torch.neuron.FloatStorage([1.5, 2.5]).device.type == "neuron"
+    with pytest.raises(RuntimeError, match="from_buffer: not available for neuron storage"):
+        torch.neuron.FloatStorage.from_buffer(b"\0" * 8, "native")
+    with pytest.raises(RuntimeError, match="Device of 'wrap_storage' must be neuron"):
+        torch.neuron.FloatStorage(wrap_storage=torch.ones(2).untyped_storage())
+
+
 def test_structured_ops_route_straight_to_cpu_kernels():
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     for op in ("aten::add.Tensor", "aten::mul.Tensor", "aten::add_.Tensor", "aten::gelu"):

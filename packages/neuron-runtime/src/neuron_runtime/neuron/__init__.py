@@ -15,6 +15,7 @@ import torch
 from neuron_runtime import _C
 from neuron_runtime._config import RuntimeConfig, load_config
 from neuron_runtime.neuron import memory
+from neuron_runtime.neuron._legacy_storage import LEGACY_STORAGE_CLASSES as _LEGACY_STORAGE_CLASSES
 from neuron_runtime.neuron.memory import (
     empty_cache,
     get_per_process_memory_fraction,
@@ -74,6 +75,10 @@ __all__ = [
     "set_rng_state_all", "set_stream", "stream", "synchronize",
     "NeuronDeviceProperties",
 ]
+
+# torch.neuron.FloatStorage and the other legacy typed storages, as torch.cuda has them.
+globals().update(_LEGACY_STORAGE_CLASSES)
+__all__ += sorted(_LEGACY_STORAGE_CLASSES)
 
 _config: RuntimeConfig = load_config()  # replaced by the one the runtime was configured with
 _warned_config_error = False
