@@ -150,3 +150,29 @@ def test_static_cache_sampled_generate_is_compiled_and_reproducible(compile_cach
     torch.manual_seed(99)
     other = _generate(model, inputs, do_sample=True, top_k=20, temperature=1.5).cpu()
     assert not torch.equal(other, first)  # the seed matters: it really sampled
+
+
+def test_flex_attention_model_trains_on_neuron_and_matches_sdpa_on_cpu(compile_cache):
+    """``attn_implementation="flex_attention"``: transformers compiles flex attention with the
+    default backend, which on neuron tensors is the neuron compiler; with left padding, the loss,
+    the real tokens' logits and every gradient equal an SDPA model's on the CPU."""
+    import copy
+
+    torch.manual_seed(0)
+    cpu = tiny_llama(attn_implementation="sdpa")
+    device = copy.deepcopy(cpu).to("neuron")
+    device.config._attn_implementation = "flex_attention"
+    ids = torch.randint(0, cpu.config.vocab_size, (2, 64))
+    mask = torch.ones(2, 64, dtype=torch.long)
+    mask[1, :10] = 0
+    want = cpu(input_ids=ids, attention_mask=mask, labels=ids)
+    got = device(input_ids=ids.to("neuron"), attention_mask=mask.to("neuron"), labels=ids.to("neuron"))
+    want.loss.backward()
+    got.loss.backward()
+    torch.testing.assert_close(got.loss.cpu(), want.loss.detach())
+    real = mask.bool()
+    torch.testing.assert_close(got.logits.detach().cpu()[real], want.logits.detach()[real])
+    for (name, expected), actual in zip(cpu.named_parameters(), device.parameters()):
+        torch.testing.assert_close(actual.grad.cpu(), expected.grad, msg=name)
+    names = {record.name.split("[")[0] for record in neuron_compile.metrics.graphs()}
+    assert "flex_attention" in names, "transformers' flex attention ran through the neuron compiler"

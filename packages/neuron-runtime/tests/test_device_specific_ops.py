@@ -215,3 +215,38 @@ def test_deterministic_mode_fills_new_memory_like_the_cpu(factory):
         assert torch.empty(16, dtype=torch.int32, device="neuron").eq(torch.iinfo(torch.int32).max).all()
     finally:
         torch.use_deterministic_algorithms(previous)
+
+
+def _causal(batch, head, q_index, kv_index):
+    return q_index >= kv_index
+
+
+def test_flex_attention_eager_forward_backward_matches_sdpa_on_cpu():
+    """torch's flex attention refused neuron tensors (a fixed device list); its eager path is generic."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 128, 16) for _ in range(3))
+    qn, kn, vn = (t.to("neuron").requires_grad_() for t in (q, k, v))
+    qc, kc, vc = (t.clone().requires_grad_() for t in (q, k, v))
+    mask = create_block_mask(_causal, 1, 1, 128, 128, device="neuron")
+    out = flex_attention(qn, kn, vn, block_mask=mask)
+    ref = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)
+    torch.testing.assert_close(out.cpu(), ref)
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    for got, want in ((qn, qc), (kn, kc), (vn, vc)):
+        torch.testing.assert_close(got.grad.cpu(), want.grad)
+
+
+def test_flex_attention_score_mod_matches_cpu_and_cpu_rules_are_kept():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def bias(score, batch, head, q_index, kv_index):
+        return score + (q_index - kv_index) * 0.05
+
+    q, k, v = (torch.randn(1, 2, 64, 8) for _ in range(3))
+    got = flex_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), score_mod=bias)
+    torch.testing.assert_close(got.cpu(), flex_attention(q, k, v, score_mod=bias))
+    with pytest.raises(NotImplementedError, match="backward on CPU"):  # torch's CPU rule, unchanged
+        flex_attention(q.requires_grad_(), k, v)

@@ -5,14 +5,21 @@ input the NeuronCore accepts, the graph calls an opaque custom op instead, whose
 implementation describes the result and whose kernel runs the ATen op on the device at run
 time. Today: ``histc`` on integer tensors (MoE routers count tokens per expert with it; CUDA
 and the neuron runtime support it, the CPU does not).
+
+Flex attention is rewritten too: Inductor's CPU template for it compiles inference only, so the
+lowering replaces the ``flex_attention`` operator by its dense implementation (the one eager
+mode runs: the score matrix, ``score_mod`` and ``mask_mod`` applied with vmap, softmax), which
+AOTAutograd then traces into ordinary ops and differentiates, so training graphs compile.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.fx
 
-__all__ = ["replace_cpu_rejected_ops"]
+__all__ = ["CACHEABLE_REPLACEMENTS", "replace_cpu_rejected_ops"]
 
 
 @torch.library.custom_op("neuron_compile::histc", mutates_args=())
@@ -36,9 +43,37 @@ def _integer_input(node: torch.fx.Node) -> bool:
     return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point
 
 
+def _dense_flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, score_mod: Any,
+                          block_mask: tuple[Any, ...], scale: float, kernel_options: dict[str, Any],
+                          score_mod_other_buffers: tuple[Any, ...] = (),
+                          mask_mod_other_buffers: tuple[Any, ...] = ()) -> tuple[torch.Tensor, ...]:
+    """The flex attention operator's own dense implementation: (output, logsumexp, max score)."""
+    from torch._higher_order_ops.flex_attention import sdpa_dense
+
+    return sdpa_dense(query, key, value, score_mod, block_mask, scale, kernel_options,
+                      score_mod_other_buffers, mask_mod_other_buffers)
+
+
+# For Inductor's cache: the replacement functions' names, and what their behaviour depends on.
+CACHEABLE_REPLACEMENTS = {f"{__name__}._dense_flex_attention": f"torch {torch.__version__}, dense v1"}
+
+
+def _is_flex_attention(node: torch.fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    try:
+        from torch._higher_order_ops.flex_attention import flex_attention
+    except ImportError:
+        return False
+    return node.target is flex_attention
+
+
 def replace_cpu_rejected_ops(graph: torch.fx.Graph) -> None:
     """Rewrites, in place, calls the CPU tracing would reject into device-executed custom ops."""
     for node in list(graph.nodes):
+        if _is_flex_attention(node):
+            node.target = _dense_flex_attention
+            continue
         if _is_histc(node) and _integer_input(node):
             names = ("input", "bins", "min", "max")
             values = dict(zip(names, node.args))

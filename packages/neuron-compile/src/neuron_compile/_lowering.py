@@ -35,7 +35,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from neuron_compile import _isa_probes
 from neuron_compile._codegen import lowering_for_neuron
-from neuron_compile._device_ops import replace_cpu_rejected_ops
+from neuron_compile._device_ops import CACHEABLE_REPLACEMENTS, replace_cpu_rejected_ops
 from neuron_compile.executable import NeuronExecutable
 
 __all__ = ["LoweredGraph", "lower_graph"]
@@ -214,7 +214,12 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lowe
     lowered = _graph_for_cpu_lowering(gm)
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
     inputs = _fake_cpu_inputs(example_inputs, fake_mode)
-    options = {"config_patches": {"post_grad_custom_post_pass": _NeuronLoweringMarker()}}
+    options = {"config_patches": {
+        "post_grad_custom_post_pass": _NeuronLoweringMarker(),
+        # Functions the graph rewrites introduce are as cacheable as the operators they replace.
+        "unsafe_marked_cacheable_functions": {
+            **torch._inductor.config.unsafe_marked_cacheable_functions, **CACHEABLE_REPLACEMENTS},
+    }}
     with _recording_kernel_sources() as sources, _autocast_as_on_device(), lowering_for_neuron():
         artifact = torch._inductor.standalone_compile(
             lowered, inputs, dynamic_shapes="from_example_inputs", options=options, aot=True,
