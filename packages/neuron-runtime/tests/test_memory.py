@@ -197,3 +197,33 @@ def test_device_capability_follows_the_float64_policy(python_in_subprocess):
     )
     assert result.returncode == 0, result.stderr
     assert "False True" in result.stdout
+
+
+def test_runtime_empty_strided_entry_point_for_compiled_programs():
+    """``_C._empty_strided``: torch.empty_strided on the current core without the argument parser."""
+    from neuron_runtime import _C
+
+    previous = torch.neuron.current_device()
+    try:
+        torch.neuron.set_device(1)
+        t = _C._empty_strided((4, 6), (1, 4), torch.bfloat16)
+        assert (t.device, t.shape, t.stride(), t.dtype) == (torch.device("neuron", 1), (4, 6), (1, 4), torch.bfloat16)
+        assert not t.requires_grad
+    finally:
+        torch.neuron.set_device(previous)
+    with pytest.raises(torch.OutOfMemoryError, match="NEURON out of memory"):
+        _C._empty_strided((1 << 40,), (1,), torch.float32)
+    with pytest.raises(RuntimeError, match="size has 2 dimensions but stride has 1"):
+        _C._empty_strided((2, 3), (1,), torch.float32)
+    with pytest.raises(RuntimeError, match="size must be a tuple or list of ints"):
+        _C._empty_strided(5, (1,), torch.float32)
+
+
+def test_runtime_empty_strided_fills_under_deterministic_mode():
+    from neuron_runtime import _C
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert torch.isnan(_C._empty_strided((8,), (1,), torch.float32).cpu()).all()
+    finally:
+        torch.use_deterministic_algorithms(False)

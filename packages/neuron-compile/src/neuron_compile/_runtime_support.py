@@ -6,6 +6,8 @@ module before anything else of the compiler.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 __all__ = ["empty_strided_neuron", "neuron_device"]
@@ -14,9 +16,22 @@ _CURRENT_NEURON_CORE = torch.device("neuron")  # no index: the current core, lik
 _empty_strided = torch.empty_strided
 
 
-def empty_strided_neuron(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """Uninitialised buffer on the current NeuronCore (the generated program's allocations)."""
+def _empty_strided_through_torch(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return _empty_strided(size, stride, dtype=dtype, device=_CURRENT_NEURON_CORE)
+
+
+def _runtime_fast_path() -> Callable[[tuple[int, ...], tuple[int, ...], torch.dtype], torch.Tensor] | None:
+    try:
+        from neuron_runtime import _C
+    except ImportError:
+        return None
+    return getattr(_C, "_empty_strided", None)
+
+
+# Uninitialised buffer on the current NeuronCore (the generated program's allocations): the
+# runtime's C++ entry point, which skips Python's argument parser and the dispatcher (as
+# Inductor's CPU programs use torch._C._dynamo.guards._empty_strided_cpu), when it has one.
+empty_strided_neuron = _runtime_fast_path() or _empty_strided_through_torch
 
 
 def neuron_device(type: str = "cpu", index: int | None = None) -> torch.device:  # noqa: A002

@@ -1,6 +1,8 @@
 // The minimum set of neuron kernels that make tensors exist: allocation, views, resizing,
 // storage swaps, copies between devices and reading a scalar back. Everything else runs
 // through the zero-copy fallback.
+#include "aten/TensorBasics.h"
+
 #include "aten/HostViews.h"
 #include "aten/OpAccounting.h"
 #include "driver/DeviceState.h"
@@ -192,6 +194,10 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 }
 
 }  // namespace
+
+at::Tensor emptyStridedOnCurrentCore(c10::IntArrayRef size, c10::IntArrayRef stride, c10::ScalarType dtype) {
+  return empty_strided(size, stride, dtype, std::nullopt, std::nullopt, std::nullopt);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);

@@ -2,6 +2,7 @@
 // runtime; the Python package builds the torch.neuron API on top.
 #include "aten/HostViews.h"
 #include "aten/OpAccounting.h"
+#include "aten/TensorBasics.h"
 #include "driver/DeviceState.h"
 #include "driver/RuntimeConfig.h"
 #include "runtime/NeuronCachingAllocator.h"
@@ -114,6 +115,32 @@ void configure(const std::string& instance, int64_t device_count, int64_t capaci
   setRuntimeConfig(std::move(config));
 }
 
+c10::SmallVector<int64_t, 8> intTuple(py::handle sequence, const char* what) {
+  TORCH_CHECK(PyTuple_Check(sequence.ptr()) || PyList_Check(sequence.ptr()),
+              "_empty_strided: ", what, " must be a tuple or list of ints");
+  const py::sequence items = py::reinterpret_borrow<py::sequence>(sequence);
+  c10::SmallVector<int64_t, 8> values;
+  values.reserve(items.size());
+  for (const auto item : items) {
+    const long long value = PyLong_AsLongLong(item.ptr());
+    if (value == -1 && PyErr_Occurred()) {
+      throw py::error_already_set();
+    }
+    values.push_back(value);
+  }
+  return values;
+}
+
+// torch.empty_strided(size, stride, dtype=dtype, device="neuron") for compiled programs, which
+// allocate every buffer through it (Inductor's CPU programs use a C++ fast path the same way).
+at::Tensor emptyStrided(py::handle size, py::handle stride, c10::ScalarType dtype) {
+  const auto sizes = intTuple(size, "size");
+  const auto strides = intTuple(stride, "stride");
+  TORCH_CHECK(sizes.size() == strides.size(), "_empty_strided: size has ", sizes.size(),
+              " dimensions but stride has ", strides.size());
+  return emptyStridedOnCurrentCore(sizes, strides, dtype);
+}
+
 py::object defaultGeneratorObject(c10::DeviceIndex device) {
   return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(defaultGenerator(device)));
 }
@@ -133,6 +160,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_device", [](int index) { setCurrentDevice(static_cast<c10::DeviceIndex>(index)); });
   m.def("_check_device_index", [](int index) { checkDeviceIndex(static_cast<c10::DeviceIndex>(index)); });
   m.def("_lazy_init", &lazyInitDevice);
+  m.def("_empty_strided", &emptyStrided, py::arg("size"), py::arg("stride"), py::arg("dtype"));
   m.def("_is_initialized", &isInitialized);
   m.def("_is_in_bad_fork", &isInBadFork);
 
