@@ -38,3 +38,10 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 30
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def run_python_lines(code: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """Runs ``code`` like :func:`run_python`, requires success, and returns its ``KEY value`` lines."""
+    result = run_python(code, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from conftest import run_python
+from conftest import run_python_lines
 from neuron_compile import metrics
 
 
@@ -50,10 +50,6 @@ _SCRIPT = """
 
 def test_compiled_flex_attention_persists_across_processes(tmp_path):
     env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
-    runs = []
-    for _ in range(2):
-        result = run_python(_SCRIPT, env=env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        runs.append(dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line))
+    runs = [run_python_lines(_SCRIPT, env=env) for _ in range(2)]
     assert [run["SOURCE"] for run in runs] == ["['compiled']", "['disk']"]
     assert all(float(run["DIFF"]) < 1e-5 for run in runs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import run_python
+from conftest import run_python_lines
 from neuron_compile import metrics
 from neuron_compile.executable import ExecutableFormatError, NeuronExecutable
 
@@ -48,10 +48,7 @@ _SCRIPT = """
 
 
 def _run(env):
-    result = run_python(_SCRIPT, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
-    return lines
+    return run_python_lines(_SCRIPT, env=env)
 
 
 def test_fresh_process_loads_from_disk_without_the_cpp_compiler(tmp_path):
@@ -126,11 +123,7 @@ def test_fresh_process_loads_a_graph_that_calls_a_device_op(tmp_path):
     """Integer histc lowers to neuron_compile's own custom op; a process that only loads the
     executable from disk must know that op too (it used to fail with 'no attribute histc')."""
     env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
-    runs = []
-    for _ in range(2):
-        result = run_python(_HISTC_SCRIPT, env=env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        runs.append(dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line))
+    runs = [run_python_lines(_HISTC_SCRIPT, env=env) for _ in range(2)]
     assert [r["SOURCE"] for r in runs] == ["['compiled']", "['disk']"]
     assert runs[0]["COUNTS"] == runs[1]["COUNTS"] == "[2, 2, 6, 2]"
 
