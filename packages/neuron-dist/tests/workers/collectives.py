@@ -395,6 +395,14 @@ def mismatch_between_inline_and_large_raises() -> str:
     return texts[0]
 
 
+def _destroy_when_every_rank_is_done(group: dist.ProcessGroup) -> None:
+    """Destroys a helper gloo group once no rank uses it any more: a rank that closed its gloo
+    sockets while a slower peer was still finishing on them, or connecting the next case's group,
+    made that peer fail with gloo's "Connection closed by peer" (seen once in CI on 4 ranks)."""
+    dist.barrier()
+    dist.destroy_process_group(group)
+
+
 @cases.case
 def inline_and_gloo_paths_agree_with_gloo() -> None:
     """Small (inline) and large (gloo) all_reduce, all_gather and reduce_scatter of random float32
@@ -418,7 +426,7 @@ def inline_and_gloo_paths_agree_with_gloo() -> None:
         dist.all_gather_into_tensor(ref, data.clone(), group=gloo)
         ref = ref.view(WORLD, numel)
         _expect(out, ref, f"all_gather_into_tensor of {numel}")
-    dist.destroy_process_group(gloo)
+    _destroy_when_every_rank_is_done(gloo)
 
 
 @cases.case
@@ -436,7 +444,7 @@ def wrong_device_names_backend_and_device() -> str:
     meta = torch.ones(4, device="meta")
     dist.all_reduce(meta)
     assert meta.device.type == "meta"
-    dist.destroy_process_group(gloo)
+    _destroy_when_every_rank_is_done(gloo)
     return text
 
 
