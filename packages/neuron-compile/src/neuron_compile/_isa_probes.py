@@ -12,6 +12,7 @@ CPU, runs as usual.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import platform
@@ -44,6 +45,7 @@ def _cpu_flags() -> str:
     return "".join(sorted(set(lines)))
 
 
+@functools.cache  # the CPU does not change under a running process
 def cpu_fingerprint() -> str:
     """Identifies what decides a probe's outcome: the CPU's features, the OS and this torch."""
     parts = [platform.machine(), platform.system(), torch.__version__,
