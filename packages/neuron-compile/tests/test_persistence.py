@@ -14,11 +14,14 @@ _SCRIPT = """
     import torch._inductor.cpp_builder as cpp_builder
     from neuron_compile import metrics
     builds = []  # C++ compiler runs that build a shared object: kernels and Inductor's vector-ISA probes
+    preprocessed = []  # preprocessor runs: Inductor names its precompiled header by their output
     _build = cpp_builder.CppBuilder.build
 
     def _counting_build(self, *args, **kwargs):
         if self.get_target_file_path().endswith(".so"):
             builds.append(self.get_target_file_path())
+        if self._preprocessing:
+            preprocessed.append(self.get_target_file_path())
         return _build(self, *args, **kwargs)
 
     cpp_builder.CppBuilder.build = _counting_build
@@ -44,6 +47,7 @@ _SCRIPT = """
     print("WARNINGS", [str(w.message).replace(chr(10), " ") for w in caught if "cache" in str(w.message)])
     print("BUILDS", builds)
     print("PROBES", len(probes))
+    print("PREPROCESSED", len(preprocessed))
 """
 
 
@@ -63,6 +67,8 @@ def test_fresh_process_loads_from_disk_without_the_cpp_compiler(tmp_path):
     assert warm["BUILDS"] == "[]", "the C++ compiler built something on a cache hit (a kernel or an ISA probe)"
     if cold["PROBES"] != "0":  # x86: the cold process probed the vector ISAs and recorded the outcomes
         assert warm["PROBES"] == "0", "a cache hit on the same CPU ran Inductor's vector-ISA probes again"
+    assert cold["PREPROCESSED"] != "0"  # the cold process named its precompiled header
+    assert warm["PREPROCESSED"] == "0", "a cache hit ran the C preprocessor to name a header no kernel needs"
 
 
 def test_recorded_probe_outcomes_apply_only_on_the_same_cpu(tmp_path, monkeypatch):
@@ -86,6 +92,36 @@ def test_recorded_probe_outcomes_apply_only_on_the_same_cpu(tmp_path, monkeypatc
     assert isa._probe_load(str(library)) is False  # outside the context: always probed
     assert ran[1:] == [str(library)] * 2
     assert _isa_probes.recorded_outcomes()["probe/c1.so"] is False
+
+
+def test_recorded_header_names_apply_only_on_the_same_cpu_and_when_the_header_exists(tmp_path, monkeypatch):
+    from neuron_compile import _header_names, _isa_probes
+    from torch._inductor import codecache
+
+    monkeypatch.setattr(codecache, "_HEADER_DIR", str(tmp_path))
+    named = []  # the preprocessor runs Inductor would do
+
+    def inductor_names(header, cmd_line, **compile_command):
+        named.append(cmd_line)
+        return str(tmp_path / f"fresh-{cmd_line}.h")
+
+    monkeypatch.setattr(codecache, "_precompile_header", inductor_names)
+    _header_names.install_recorder()
+    record = {_header_names._key("prefix.h", "-O3"): "ab/recorded.h",
+              _header_names._key("prefix.h", "-O1"): "ab/missing.h"}
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "recorded.h").write_text("#include <prefix.h>\n")
+    (tmp_path / "ab" / "recorded.h.gch").write_bytes(b"precompiled")
+    with _header_names.answered_from(record, _isa_probes.cpu_fingerprint()):
+        assert codecache._precompile_header("prefix.h", "-O3") == str(tmp_path / "ab" / "recorded.h")
+        assert codecache._precompile_header("prefix.h", "-O1") == str(tmp_path / "fresh--O1.h")  # not on disk
+        assert codecache._precompile_header("other.h", "-O3") == str(tmp_path / "fresh--O3.h")  # not recorded
+    assert named == ["-O1", "-O3"]
+    with _header_names.answered_from(record, "another CPU"):
+        codecache._precompile_header("prefix.h", "-O3")
+    codecache._precompile_header("prefix.h", "-O3")  # outside the context: always named by Inductor
+    assert named[2:] == ["-O3", "-O3"]
+    assert _header_names.recorded_names()[_header_names._key("prefix.h", "-O3")] == "fresh--O3.h"
 
 
 def test_an_entry_that_fails_to_load_is_reported_and_recompiled(fresh_compiler, monkeypatch):
@@ -171,6 +207,7 @@ def test_executable_round_trips_and_rejects_damage(fresh_compiler):
     assert executable is not None and executable.kernels, "the executable bundles its kernels"
     again = NeuronExecutable.from_bytes(executable.to_bytes())
     assert again == executable
+    assert executable.header_names, "the names of Inductor's precompiled headers travel with the executable"
     import platform
 
     if platform.machine() in ("x86_64", "AMD64"):

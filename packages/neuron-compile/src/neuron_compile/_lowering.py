@@ -33,7 +33,7 @@ from torch._subclasses import FakeTensorMode
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from neuron_compile import _isa_probes
+from neuron_compile import _header_names, _isa_probes
 from neuron_compile._codegen import lowering_for_neuron
 from neuron_compile._device_ops import CACHEABLE_REPLACEMENTS, replace_cpu_rejected_ops
 from neuron_compile.executable import NeuronExecutable
@@ -41,6 +41,7 @@ from neuron_compile.executable import NeuronExecutable
 __all__ = ["LoweredGraph", "lower_graph"]
 
 _isa_probes.install_recorder()  # before this process's first kernel build probes the CPU
+_header_names.install_recorder()  # ... and names its precompiled header
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,7 +231,8 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lowe
     except (TypeError, AttributeError, RuntimeError):
         return LoweredGraph(artifact, None, _serialisability_problem(lowered))
     support, probe_outcomes = _isa_probe_binaries()
+    header_names = _header_names.recorded_names()
     executable = NeuronExecutable(program=program, kernels=_kernel_binaries(sources), support=support,
-                                  isa_probes=probe_outcomes,
-                                  cpu=_isa_probes.cpu_fingerprint() if probe_outcomes else "")
+                                  isa_probes=probe_outcomes, header_names=header_names,
+                                  cpu=_isa_probes.cpu_fingerprint() if probe_outcomes or header_names else "")
     return LoweredGraph(artifact, executable)

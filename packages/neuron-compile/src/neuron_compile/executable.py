@@ -13,12 +13,15 @@ Byte layout::
     4 bytes   header length H (big-endian)
     H bytes   JSON header: {"torch": version, "program": size, "kernels": [[path, size], ...],
               "support": [[path, size], ...], "isa_probes": {"cpu": fingerprint,
-              "loaded": {path: bool, ...}}}
+              "loaded": {path: bool, ...}}, "precompiled_headers": {key: path, ...}}
     ...       the program, then each kernel binary, then each support file, in header order
 
 Support files are binaries Inductor looks for before it loads kernels (its vector-ISA probes);
 ``isa_probes`` records whether each probe loaded on the compiling CPU, so that a process on a
 CPU with the same fingerprint need not probe again (:mod:`neuron_compile._isa_probes`).
+``precompiled_headers`` records the names Inductor gave its precompiled headers, so that such a
+process need not run the C preprocessor to name them again (:mod:`neuron_compile._header_names`).
+Both keys are optional: executables written without them load as before.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class NeuronExecutable:
     torch_version: str = torch.__version__
     support: dict[str, bytes] = dataclasses.field(default_factory=dict)  # same keys; not kernels
     isa_probes: dict[str, bool] = dataclasses.field(default_factory=dict)  # probe library -> loaded
-    cpu: str = ""  # fingerprint of the CPU isa_probes were obtained on
+    cpu: str = ""  # fingerprint of the CPU isa_probes and header_names were obtained on
+    header_names: dict[str, str] = dataclasses.field(default_factory=dict)  # see _header_names
 
     def to_bytes(self) -> bytes:
         """Serialises the executable (see the module docstring for the layout)."""
@@ -65,6 +69,7 @@ class NeuronExecutable:
             "kernels": [[name, len(self.kernels[name])] for name in names],
             "support": [[name, len(self.support[name])] for name in support],
             "isa_probes": {"cpu": self.cpu, "loaded": self.isa_probes},
+            "precompiled_headers": self.header_names,
         }).encode()
         parts = [_PREFIX.pack(_MAGIC, _VERSION, len(header)), header, self.program]
         parts += [self.kernels[name] for name in names]
@@ -97,7 +102,8 @@ class NeuronExecutable:
         support, offset = _files(data, offset, support_sizes)
         probes = header.get("isa_probes", {})
         return cls(program=program, kernels=kernels, torch_version=header["torch"], support=support,
-                   isa_probes=dict(probes.get("loaded", {})), cpu=probes.get("cpu", ""))
+                   isa_probes=dict(probes.get("loaded", {})), cpu=probes.get("cpu", ""),
+                   header_names=dict(header.get("precompiled_headers", {})))
 
     def load(self) -> Callable[..., Any]:
         """The executable as a callable taking the graph's flat inputs."""
@@ -109,11 +115,10 @@ class NeuronExecutable:
         from torch._inductor.standalone_compile import AOTCompiledArtifact
 
         import neuron_compile._device_ops  # noqa: F401 - defines the custom ops programs may call
-        from neuron_compile._isa_probes import answered_from
+        from neuron_compile import _header_names, _isa_probes
 
-        # Inductor still runs the preprocessor once per process to name its precompiled header:
-        # the header is part of the kernels' cache keys, though no kernel gets compiled.
-        with answered_from(self.isa_probes, self.cpu):
+        with _isa_probes.answered_from(self.isa_probes, self.cpu), \
+                _header_names.answered_from(self.header_names, self.cpu):
             return AOTCompiledArtifact.deserialize(self.program)
 
 

@@ -1,0 +1,103 @@
+"""Inductor's precompiled-header names, recorded at compile time and replayed at load time.
+
+The first time a process loads a C++ kernel, Inductor names the precompiled header the kernel
+would be built with: it runs the C preprocessor over the ATen headers the kernel includes and
+hashes the output (about 0.3 s), even when the kernel's shared object is already there and
+nothing gets compiled. An executable carries the names its compiling process obtained, keyed
+by the header and the compiler command line; a process that loads it on a CPU with the same
+fingerprint (:func:`neuron_compile._isa_probes.cpu_fingerprint`, which includes the torch
+version) takes the name from the record when that precompiled header exists on this machine,
+and otherwise asks Inductor as usual.
+
+A replayed name only matters if a kernel gets compiled during the load, which the executable's
+own kernel binaries prevent; even then the compiler would check the precompiled header it names
+and fall back to the plain header (a one-line ``#include``) if it does not match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["answered_from", "install_recorder", "recorded_names"]
+
+_lock = threading.Lock()
+_names: dict[str, str] = {}  # _key(header, command line) -> header path relative to _header_dir()
+_replayed: dict[str, str] | None = None  # while a load replays a record
+
+
+def _key(header: str, command_line: str) -> str:
+    return hashlib.sha256(f"{header}\n{command_line}".encode()).hexdigest()[:32]
+
+
+def _header_dir() -> str:
+    from torch._inductor import codecache
+
+    return codecache._HEADER_DIR
+
+
+def _exists(path: str) -> bool:
+    """The header Inductor writes and the precompiled header the compiler builds next to it."""
+    return os.path.isfile(path) and any(os.path.isfile(path + suffix) for suffix in (".gch", ".pch"))
+
+
+def _naming(original: Any) -> Any:
+    def precompile_header(header: str, hashable_cmd_line: str, **compile_command: Any) -> str:
+        key = _key(header, hashable_cmd_line)
+        replayed = _replayed
+        if replayed is not None and key in replayed:
+            path = os.path.join(_header_dir(), replayed[key])
+            if _exists(path):
+                return path
+        path = original(header, hashable_cmd_line, **compile_command)
+        relative = os.path.relpath(path, _header_dir())
+        if not relative.startswith(".."):
+            with _lock:
+                _names[key] = relative
+        return path
+
+    precompile_header._neuron_recorder = True  # type: ignore[attr-defined]
+    return precompile_header
+
+
+def install_recorder() -> None:
+    """Records (and, inside :func:`answered_from`, replays) the header names of this process.
+
+    Best effort: a torch without ``codecache._precompile_header`` names its headers as it
+    always does.
+    """
+    try:
+        from torch._inductor import codecache
+    except ImportError:
+        return
+    original = getattr(codecache, "_precompile_header", None)
+    if original is None or getattr(original, "_neuron_recorder", False):
+        return
+    codecache._precompile_header = _naming(original)
+
+
+def recorded_names() -> dict[str, str]:
+    """The precompiled-header names this process obtained from Inductor, by key."""
+    with _lock:
+        return dict(_names)
+
+
+@contextlib.contextmanager
+def answered_from(names: dict[str, str], fingerprint: str) -> Iterator[None]:
+    """Within this context, headers named in ``names`` on this CPU are not named again."""
+    from neuron_compile._isa_probes import cpu_fingerprint
+
+    global _replayed
+    if not names or fingerprint != cpu_fingerprint():
+        yield
+        return
+    install_recorder()
+    previous, _replayed = _replayed, dict(names)
+    try:
+        yield
+    finally:
+        _replayed = previous
