@@ -32,6 +32,7 @@ import torch._dynamo
 import torch.fx
 
 from neuron_compile import _diagnostics, metrics
+from neuron_compile._graph_attributes import LIFTED_PREFIX, lift_tensor_attributes
 from neuron_compile.executable import NeuronExecutable
 from neuron_compile.options import CompileOptions
 
@@ -91,7 +92,7 @@ def _input_spec(value: Any) -> Any:
 
 
 def _is_module_state(placeholder: str) -> bool:
-    return placeholder.startswith(("l_self_", "L_self_"))
+    return placeholder.startswith(("l_self_", "L_self_", LIFTED_PREFIX))
 
 
 _SHOWN_INPUTS = 12
@@ -125,9 +126,16 @@ def _graph_text(gm: torch.fx.GraphModule) -> str:
     for node in gm.graph.find_nodes(op="get_attr"):
         value = getattr(gm, node.target, None)
         if isinstance(value, torch.Tensor):
-            data = value.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-            parts.append(f"{node.target}={_input_spec(value)}:{hashlib.sha256(data).hexdigest()}")
+            parts.append(f"{node.target}={_input_spec(value)}:{_tensor_digest(value)}")
     return "\n".join(parts)
+
+
+def _tensor_digest(value: torch.Tensor) -> str:
+    """A digest of a graph constant's values (0-d constants included: optimizers lift scalars)."""
+    if value.is_meta or value.layout != torch.strided:
+        return "no-data" if value.is_meta else f"{value.layout}:{id(value)}"  # never shared
+    data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha256(data).hexdigest()
 
 
 def _cache_key(gm: torch.fx.GraphModule, specs: list[Any], options: CompileOptions) -> str:
@@ -213,13 +221,23 @@ class _NeuronGraph:
     """One Dynamo graph and its executables, one per concrete input signature."""
 
     def __init__(self, gm: torch.fx.GraphModule, options: CompileOptions) -> None:
-        self.gm = gm
+        # Tensors the graph reads as attributes (a compiled optimizer step's parameters and
+        # state) are passed to its executables after the graph's inputs.
+        self.gm, self.attributes = lift_tensor_attributes(gm)
         self.options = options
         self.name, self.function = _function_name()
-        self.placeholders = [node.name for node in gm.graph.find_nodes(op="placeholder")]
+        self.placeholders = [node.name for node in self.gm.graph.find_nodes(op="placeholder")]
         self.executables: dict[str, Callable[..., Any]] = {}
 
     def executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
+        """The executable for ``inputs``' signature, called with the graph's inputs only."""
+        if not self.attributes:
+            return self._executable_for(inputs)
+        attributes = self.attributes
+        executable = self._executable_for([*inputs, *attributes])
+        return lambda *args: executable(*args, *attributes)
+
+    def _executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         specs = [_input_spec(value) for value in inputs]
         key = _cache_key(self.gm, specs, self.options)
         executable = self.executables.get(key)
