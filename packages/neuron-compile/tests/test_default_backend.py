@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import warnings
+
 import pytest
 import torch
 
@@ -57,6 +59,23 @@ def test_graph_creating_neuron_tensors_without_neuron_inputs(fresh_compiler):
 
 
 def test_inductor_settings_on_neuron_name_themselves_and_the_fix(fresh_compiler):
-    compiled = torch.compile(lambda t: t + 1, mode="max-autotune")
-    with pytest.raises(Exception, match=r"neuron compiler.*'max_autotune'.*backend='neuron'"):
+    compiled = torch.compile(lambda t: t + 1, options={"epilogue_fusion": False})
+    with pytest.raises(Exception, match=r"neuron compiler.*'epilogue_fusion'.*backend='neuron'"):
         compiled(torch.ones(2, device="neuron"))
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+def test_torch_compile_modes_compile_neuron_graphs(fresh_compiler, mode, monkeypatch):
+    """As CPU Inductor ignores CUDA graphs for CPU graphs (transformers' CompileConfig defaults
+    to mode='reduce-overhead' with the default backend)."""
+    from neuron_compile import options
+
+    monkeypatch.setattr(options, "_warned_autotune", False)
+    compiled = torch.compile(lambda t: t * 3 + 1, mode=mode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(torch.ones(2, device="neuron"))
+    assert torch.equal(out.cpu(), torch.full((2,), 4.0))
+    assert metrics.counters()["compilations"] == 1
+    autotune_warnings = [w for w in caught if "autotuning" in str(w.message)]
+    assert len(autotune_warnings) == (1 if mode.startswith("max-autotune") else 0)

@@ -68,10 +68,16 @@ def test_unsupported_options_are_named(fresh_compiler, options, match):
         compiled(torch.ones(2, device="neuron"))
 
 
-def test_cuda_only_modes_are_refused(fresh_compiler):
-    compiled = torch.compile(lambda x: x + 1, backend="neuron", mode="reduce-overhead")
-    with pytest.raises(Exception, match="mode='reduce-overhead'"):
-        compiled(torch.ones(2, device="neuron"))
+def test_modes_compile_as_default_and_unknown_modes_are_refused(fresh_compiler, monkeypatch):
+    from neuron_compile import options
+
+    monkeypatch.setattr(options, "_warned_autotune", False)
+    out = torch.compile(lambda x: x + 1, backend="neuron", mode="reduce-overhead")(torch.ones(2, device="neuron"))
+    assert torch.equal(out.cpu(), torch.full((2,), 2.0))
+    with pytest.warns(UserWarning, match="no kernel autotuning"):
+        torch.compile(lambda x: x * 2, backend="neuron", mode="max-autotune")(torch.ones(2, device="neuron"))
+    with pytest.raises(ValueError, match="unknown mode='fastest'.*reduce-overhead"):
+        options.CompileOptions.resolve("fastest")
 
 
 def test_fallback_from_environment(fresh_compiler, monkeypatch):

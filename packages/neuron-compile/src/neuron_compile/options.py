@@ -11,18 +11,38 @@ option                     default  meaning
                                     input dimension that keeps changing
 =========================  =======  ==========================================================
 
-``mode`` may be ``None`` or ``"default"``: the other torch.compile modes select CUDA graphs or
-GPU autotuning, which have no meaning on a NeuronCore.
+torch.compile's modes are accepted, as CPU Inductor accepts them for CPU graphs:
+``"reduce-overhead"`` asks for CUDA graphs, which a NeuronCore does not have (a compiled graph
+already runs as one program), so it compiles as the default mode; ``"max-autotune"`` and
+``"max-autotune-no-cudagraphs"`` ask for GPU kernel autotuning, which the neuron compiler does
+not do: they compile as the default mode too, with one warning per process. Other mode names
+are refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CompileOptions"]
+__all__ = ["CompileOptions", "accept_mode"]
+
+_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_warned_autotune = False
+
+
+def accept_mode(mode: str | None) -> None:
+    """Checks a torch.compile mode; warns once that autotuning modes compile as the default."""
+    global _warned_autotune
+    if mode is not None and mode not in _MODES:
+        raise ValueError(f"torch.compile(backend='neuron') got an unknown mode={mode!r}; "
+                         f"use one of {', '.join(_MODES)} (all compile alike on neuron)")
+    if mode is not None and mode.startswith("max-autotune") and not _warned_autotune:
+        _warned_autotune = True
+        warnings.warn(f"torch.compile mode={mode!r} on neuron: the neuron compiler does no kernel "
+                      "autotuning; compiling as mode='default'", stacklevel=4)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -48,10 +68,7 @@ class CompileOptions:
     @classmethod
     def resolve(cls, mode: str | None = None, options: Mapping[str, Any] | None = None) -> CompileOptions:
         """Validates torch.compile's ``mode`` and ``options`` for the neuron backend."""
-        if mode not in (None, "default"):
-            raise ValueError(
-                f"torch.compile(backend='neuron') does not support mode={mode!r}: it selects CUDA "
-                "graphs or GPU autotuning. Use mode=None (the default).")
+        accept_mode(mode)
         fields = {field.name: field for field in dataclasses.fields(cls)}
         values: dict[str, Any] = {"fallback_to_eager": _env_flag("TORCH_NEURONX_FALLBACK_TO_EAGER")}
         for name, value in (options or {}).items():
