@@ -28,6 +28,7 @@ CASES = [
     "mismatched_collectives_raise",
     "mismatch_between_inline_and_large_raises",
     "inline_and_gloo_paths_agree_with_gloo",
+    "collectives_under_inference_mode_then_outside",
     "wrong_device_names_backend_and_device",
     "collectives_pass_through_c10d_dispatcher_ops",
     "cpu_tensors_also_work",

@@ -24,8 +24,10 @@ collective (two round trips, as without inlining); a smaller one sends some padd
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -43,9 +45,23 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def _outside_inference_mode(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Buffers and cached views outlive the call that makes them: a collective issued under
+    ``torch.inference_mode()`` must not leave inference tensors that later collectives, outside
+    inference mode, cannot update in place."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with torch.inference_mode(False):
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
 class _Frames:
     """The send and receive buffers for one slot size, with cached views into them."""
 
+    @_outside_inference_mode
     def __init__(self, size: int, header_bytes: int, slot: int) -> None:
         frame = header_bytes + slot
         self.send = torch.zeros(frame, dtype=torch.uint8)
@@ -74,7 +90,8 @@ class _Frames:
         if view is None:
             self._make_room()
             count = _numel(shape)
-            view = self.views[key] = self.payload[: count * dtype.itemsize].view(dtype).view(shape)
+            with torch.inference_mode(False):  # cached: see _outside_inference_mode
+                view = self.views[key] = self.payload[: count * dtype.itemsize].view(dtype).view(shape)
         return view  # type: ignore[return-value]
 
     def rank_rows(self, dtype: torch.dtype, start: int, shape: torch.Size) -> list[torch.Tensor]:
@@ -84,7 +101,8 @@ class _Frames:
         if rows is None:
             self._make_room()
             end = (start + _numel(shape)) * dtype.itemsize
-            rows = self.views[key] = [row[:end].view(dtype)[start:].view(shape) for row in self.rows]
+            with torch.inference_mode(False):
+                rows = self.views[key] = [row[:end].view(dtype)[start:].view(shape) for row in self.rows]
         return rows  # type: ignore[return-value]
 
     def byte_rows(self, nbytes: int) -> torch.Tensor:
@@ -93,7 +111,8 @@ class _Frames:
         rows = self.views.get(key)
         if rows is None:
             self._make_room()
-            rows = self.views[key] = self.rows[:, :nbytes]
+            with torch.inference_mode(False):
+                rows = self.views[key] = self.rows[:, :nbytes]
         return rows  # type: ignore[return-value]
 
     def _make_room(self) -> None:

@@ -35,9 +35,12 @@ def host_view(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     storage = tensor.untyped_storage()
     cpu_storage = _construct_storage(storage.data_ptr(), _CPU, storage.nbytes())
-    view = torch.empty((0,), dtype=tensor.dtype).set_(
-        cpu_storage, tensor.storage_offset(), tensor.size(), tensor.stride()
-    )
+    # Never an inference tensor: a view made for a collective under torch.inference_mode() may
+    # serve a later one outside it, which must be able to write through it.
+    with torch.inference_mode(False):
+        view = torch.empty((0,), dtype=tensor.dtype).set_(
+            cpu_storage, tensor.storage_offset(), tensor.size(), tensor.stride()
+        )
     if len(_VIEWS) >= _MAX_VIEWS:
         _VIEWS.clear()
     _VIEWS[key] = view

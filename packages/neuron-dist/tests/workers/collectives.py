@@ -430,6 +430,32 @@ def inline_and_gloo_paths_agree_with_gloo() -> None:
 
 
 @cases.case
+def collectives_under_inference_mode_then_outside() -> None:
+    """A group whose first collectives run under torch.inference_mode() (an evaluation loop
+    before training) keeps working outside it: its reused buffers must not be inference tensors."""
+    group = dist.new_group()  # fresh buffers, made under inference mode below
+
+    def round_trip() -> None:
+        for numel in (6, 3 * WORLD * 1000):
+            t = _value(RANK, torch.float32, numel).to(DEVICE)
+            dist.all_reduce(t, group=group)
+            _expect(t, sum(_value(r, torch.float32, numel) for r in range(WORLD)), f"all_reduce of {numel}")
+            out = torch.empty(WORLD * numel, device=DEVICE)
+            dist.all_gather_into_tensor(out, _value(RANK, torch.float32, numel).to(DEVICE), group=group)
+            _expect(out, torch.cat([_value(r, torch.float32, numel) for r in range(WORLD)]), "all_gather")
+            shard = torch.empty(numel, device=DEVICE)
+            dist.reduce_scatter_tensor(shard, _value(RANK, torch.float32, WORLD * numel).to(DEVICE), group=group)
+            full = sum(_value(r, torch.float32, WORLD * numel) for r in range(WORLD))
+            _expect(shard, full[RANK * numel:(RANK + 1) * numel], "reduce_scatter_tensor")
+        dist.barrier(group=group)
+
+    with torch.inference_mode():
+        round_trip()
+    round_trip()
+    _destroy_when_every_rank_is_done(group)
+
+
+@cases.case
 def wrong_device_names_backend_and_device() -> str:
     """A neuron tensor on a gloo group raises naming the device instead of hanging, and a meta
     tensor on the neuron group goes to torch's meta kernel (no data moves), as it does with gloo."""
