@@ -131,7 +131,7 @@ def _graph_text(gm: torch.fx.GraphModule) -> str:
 
 
 def _tensor_digest(value: torch.Tensor) -> str:
-    """A digest of a graph constant's values (0-d constants included: optimizers lift scalars)."""
+    """A digest of a constant's values (control-flow subgraphs keep their constants; 0-d ones too)."""
     if value.is_meta or value.layout != torch.strided:
         return "no-data" if value.is_meta else f"{value.layout}:{id(value)}"  # never shared
     data = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
