@@ -106,15 +106,16 @@ def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode) -
             raise UnsupportedGraphInput(
                 f"graph input {position} is a {type(value).__name__}: the lowering takes plain tensors; "
                 "compile through the 'neuron' backend, which desugars tensor subclasses (DTensor) first")
-    inputs: list[Any] = []
+    def fake(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            cpu = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="cpu")
+            return cpu.requires_grad_(value.requires_grad)
+        if isinstance(value, (list, tuple)):  # compiled autograd's list of saved tensors
+            return type(value)(fake(item) for item in value)
+        return value
+
     with fake_mode:
-        for value in example_inputs:
-            if isinstance(value, torch.Tensor):
-                fake = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device="cpu")
-                inputs.append(fake.requires_grad_(value.requires_grad))
-            else:
-                inputs.append(value)
-    return inputs
+        return [fake(value) for value in example_inputs]
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ import torch.fx
 
 from neuron_compile import _diagnostics, metrics
 from neuron_compile._graph_attributes import LIFTED_PREFIX, lift_tensor_attributes
+from neuron_compile._sequence_inputs import flatten_sequence_inputs
 from neuron_compile.executable import NeuronExecutable
 from neuron_compile.options import CompileOptions
 
@@ -88,6 +89,8 @@ def _input_spec(value: Any) -> Any:
                 value.device.type, bool(value.requires_grad)]
     if isinstance(value, (bool, int, float, str, type(None))):
         return value
+    if isinstance(value, (list, tuple)):  # compiled autograd passes its saved tensors as one list
+        return {type(value).__name__: [_input_spec(item) for item in value]}
     return type(value).__qualname__
 
 
@@ -211,7 +214,7 @@ def _forget_compiled() -> None:
 
 
 def _device_index(example_inputs: Sequence[Any]) -> int:
-    for value in example_inputs:
+    for value in torch.utils._pytree.tree_leaves(list(example_inputs)):
         if isinstance(value, torch.Tensor) and value.device.type == "neuron":
             return value.device.index if value.device.index is not None else torch.neuron.current_device()
     return torch.neuron.current_device()
@@ -228,6 +231,8 @@ class _NeuronGraph:
         self.name, self.function = _function_name()
         self.placeholders = [node.name for node in self.gm.graph.find_nodes(op="placeholder")]
         self.executables: dict[str, Callable[..., Any]] = {}
+        # list inputs (compiled autograd's saved tensors) by their lengths: a flat graph each
+        self.flattened: dict[tuple[int, ...], tuple[_NeuronGraph, Callable[..., list[Any]]]] = {}
 
     def executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         """The executable for ``inputs``' signature, called with the graph's inputs only."""
@@ -238,6 +243,8 @@ class _NeuronGraph:
         return lambda *args: executable(*args, *attributes)
 
     def _executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
+        if any(isinstance(value, (list, tuple)) for value in inputs):
+            return self._flat_executable_for(inputs)
         specs = [_input_spec(value) for value in inputs]
         key = _cache_key(self.gm, specs, self.options)
         executable = self.executables.get(key)
@@ -248,6 +255,18 @@ class _NeuronGraph:
                       if isinstance(spec, list) and not _is_module_state(name)}
             _diagnostics.note_graph(self.function, shapes, self.options.graph_warning_threshold)
         return executable
+
+    def _flat_executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
+        lengths = tuple(len(value) if isinstance(value, (list, tuple)) else -1 for value in inputs)
+        known = self.flattened.get(lengths)
+        if known is None:
+            flat_gm, flatten = flatten_sequence_inputs(self.gm, inputs)
+            flat = _NeuronGraph(flat_gm, self.options)
+            flat.name, flat.function = self.name, self.function
+            known = self.flattened[lengths] = (flat, flatten)
+        flat, flatten = known
+        executable = flat.executable_for(flatten(inputs))
+        return lambda *args: executable(*flatten(args))
 
     def __call__(self, *args: Any) -> Any:  # symbolic graphs: one executable per signature
         return self.executable_for(args)(*args)
