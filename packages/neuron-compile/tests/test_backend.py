@@ -161,3 +161,19 @@ def test_rng_state_functions_break_the_graph_like_cuda_ones():
         torch._dynamo.reset()
         got = torch.compile(f, backend=backend)(x.to(device))
         torch.testing.assert_close(got.cpu(), x.sin())
+
+
+def test_outputs_the_graph_computes_on_the_host_come_back_on_the_host(fresh_compiler):
+    """``.cpu()`` inside compiled code returns CPU tensors (the lowering's buffers are all on the
+    device), with gradients flowing back to the device."""
+    a = torch.randn(4)
+    b = torch.randn(4, device="neuron", requires_grad=True)
+    fn = torch.compile(lambda a, b: ((a.to("neuron") + b).cpu() * 2 + a, b * 3), backend="neuron")
+    host, device = fn(a, b)
+    assert host.device.type == "cpu" and device.device.type == "neuron"
+    torch.testing.assert_close(host, (a + b.detach().cpu()) * 2 + a)
+    host.sum().backward()
+    torch.testing.assert_close(b.grad.cpu(), torch.full((4,), 2.0))
+    with torch.no_grad():
+        again = torch.compile(lambda b: b.cpu() * 2, backend="neuron")(b)
+    assert again.device.type == "cpu"

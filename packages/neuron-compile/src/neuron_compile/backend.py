@@ -220,6 +220,37 @@ def _device_index(example_inputs: Sequence[Any]) -> int:
     return torch.neuron.current_device()
 
 
+def _host_output_positions(gm: torch.fx.GraphModule) -> list[int]:
+    """Outputs the graph computes as CPU tensors (``.cpu()`` in the compiled code)."""
+    positions = []
+    for output in gm.graph.find_nodes(op="output"):
+        results = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
+        for position, node in enumerate(results):
+            value = node.meta.get("example_value", node.meta.get("val")) if isinstance(node, torch.fx.Node) else None
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                positions.append(position)
+    return positions
+
+
+def _returning_host_outputs(executable: Callable[..., Any], positions: list[int]) -> Callable[..., Any]:
+    """``executable`` with the outputs at ``positions`` moved to the host, where the graph put them.
+
+    The lowering allocates every buffer on the device (neuron memory is host memory, so the
+    kernels run alike); an output the graph computes on the CPU must still come back as a CPU
+    tensor, as a copy, as eager ``.cpu()`` makes one.
+    """
+    def run(*args: Any) -> Any:
+        outputs = executable(*args)
+        moved = list(outputs)
+        for position in positions:
+            value = moved[position]
+            if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+                moved[position] = value.cpu()
+        return type(outputs)(moved) if isinstance(outputs, tuple) else moved
+
+    return run
+
+
 class _NeuronGraph:
     """One Dynamo graph and its executables, one per concrete input signature."""
 
@@ -233,14 +264,17 @@ class _NeuronGraph:
         self.executables: dict[str, Callable[..., Any]] = {}
         # list inputs (compiled autograd's saved tensors) by their lengths: a flat graph each
         self.flattened: dict[tuple[int, ...], tuple[_NeuronGraph, Callable[..., list[Any]]]] = {}
+        self.host_outputs = _host_output_positions(self.gm)
 
     def executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         """The executable for ``inputs``' signature, called with the graph's inputs only."""
         if not self.attributes:
-            return self._executable_for(inputs)
-        attributes = self.attributes
-        executable = self._executable_for([*inputs, *attributes])
-        return lambda *args: executable(*args, *attributes)
+            executable = self._executable_for(inputs)
+        else:
+            attributes = self.attributes
+            with_attributes = self._executable_for([*inputs, *attributes])
+            executable = lambda *args: with_attributes(*args, *attributes)  # noqa: E731
+        return _returning_host_outputs(executable, self.host_outputs) if self.host_outputs else executable
 
     def _executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         if any(isinstance(value, (list, tuple)) for value in inputs):
