@@ -46,7 +46,10 @@ def _exists(path: str) -> bool:
 
 
 def _naming(original: Any) -> Any:
-    def precompile_header(header: str, hashable_cmd_line: str, **compile_command: Any) -> str:
+    def precompile_header(*args: Any, **compile_command: Any) -> Any:
+        if len(args) != 2 or not all(isinstance(arg, str) for arg in args):
+            return original(*args, **compile_command)  # not the (header, command line) we know
+        header, hashable_cmd_line = args
         key = _key(header, hashable_cmd_line)
         replayed = _replayed
         if replayed is not None and key in replayed:
@@ -54,6 +57,8 @@ def _naming(original: Any) -> Any:
             if _exists(path):
                 return path
         path = original(header, hashable_cmd_line, **compile_command)
+        if not isinstance(path, str):
+            return path
         relative = os.path.relpath(path, _header_dir())
         if not relative.startswith(".."):
             with _lock:
