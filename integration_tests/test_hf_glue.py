@@ -426,3 +426,35 @@ def test_generate_batch_sizes_its_cache_from_the_core(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "neuron True True True"
+
+
+def test_dispatch_with_disk_offload_keeps_tied_weights_apart(tmp_path):
+    """accelerate keys tied weights by their host address at dispatch time; a disk-offloaded
+    weight loaded later at a freed address used to receive GPT-2's tied embedding instead
+    (shape error in the offloaded layer)."""
+    from accelerate import dispatch_model
+    from accelerate.utils import offload_state_dict
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=12, n_embd=64, n_head=4, vocab_size=1000, n_positions=64,
+                        bos_token_id=0, eos_token_id=999)
+    weights = GPT2LMHeadModel(config).state_dict()
+
+    def fresh():
+        model = GPT2LMHeadModel(config)
+        model.load_state_dict(weights)
+        return model.eval()
+
+    ids = torch.tensor([[1, 5, 17, 42, 99, 3]])
+    expected = fresh().generate(ids, max_new_tokens=10, do_sample=False)
+    device_map = {"transformer.wte": 0, "transformer.wpe": 0, "transformer.ln_f": 0, "lm_head": 0}
+    device_map |= {f"transformer.h.{i}": "disk" if i < 2 else "cpu" if i < 4 else 0 for i in range(12)}
+    for attempt in range(3):  # the address reuse is likely, not certain, on any one run
+        model = fresh()
+        offload_state_dict(str(tmp_path / str(attempt)), {
+            name: value for name, value in model.state_dict().items()
+            if name.startswith(("transformer.h.0.", "transformer.h.1."))})
+        dispatched = dispatch_model(model, device_map, offload_dir=str(tmp_path / str(attempt)))
+        got = dispatched.generate(ids.to("neuron"), max_new_tokens=10, do_sample=False)
+        assert torch.equal(got.cpu(), expected)

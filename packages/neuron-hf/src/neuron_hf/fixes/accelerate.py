@@ -68,8 +68,34 @@ def _single_core(device_map: Any, force_hooks: bool) -> int | None:
     return device if isinstance(device, int) and not isinstance(device, bool) else None
 
 
+def _keep_tied_weights_alive(model: Any, device_map: Any) -> None:
+    """Holds the host tensors of tied weights for as long as the model lives (disk offload only).
+
+    Upstream keys its table of tied weights (``tied_params_map``) by the host address each tied
+    weight has when the model is dispatched. Moving the weight to a core frees that host
+    memory, and a disk-offloaded weight loaded later may land at the same address: its layer
+    then gets the tied weight instead of its own (a shape error, or silently wrong results when
+    the shapes agree). Neuron memory comes from the same host heap, so addresses are reused
+    often. Keeping the original tensors referenced keeps their addresses unique, at the cost of
+    one host copy of each tied weight.
+    """
+    if not isinstance(device_map, dict) or "disk" not in device_map.values():
+        return
+    from accelerate.utils import find_tied_parameters
+
+    kept = []
+    for group in find_tied_parameters(model):
+        tensor = model.get_parameter(group[0])
+        if tensor.device.type != "meta":
+            kept.append(tensor.data)
+    if kept:
+        model._neuron_hf_tied_weights_kept = kept  # noqa: SLF001 (a private attribute of ours)
+
+
 def _make_dispatch_model(original: Callable[..., Any]) -> Callable[..., Any]:
     def dispatch_model(model: Any, device_map: Any, *args: Any, force_hooks: bool = False, **kwargs: Any) -> Any:
+        if on_neuron():
+            _keep_tied_weights_alive(model, device_map)
         result = original(model, device_map, *args, force_hooks=force_hooks, **kwargs)
         core = _single_core(device_map, force_hooks) if on_neuron() else None
         if core is not None and getattr(model, "quantization_method", None) is None:
