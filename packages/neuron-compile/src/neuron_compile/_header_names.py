@@ -16,18 +16,17 @@ and fall back to the plain header (a one-line ``#include``) if it does not match
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
+
+from neuron_compile._isa_probes import Replay, install_once
 
 __all__ = ["answered_from", "install_recorder", "recorded_names"]
 
 _lock = threading.Lock()
 _names: dict[str, str] = {}  # _key(header, command line) -> header path relative to _header_dir()
-_replayed: dict[str, str] | None = None  # while a load replays a record
 
 
 def _key(header: str, command_line: str) -> str:
@@ -51,7 +50,7 @@ def _naming(original: Any) -> Any:
             return original(*args, **compile_command)  # not the (header, command line) we know
         header, hashable_cmd_line = args
         key = _key(header, hashable_cmd_line)
-        replayed = _replayed
+        replayed = _replay.active
         if replayed is not None and key in replayed:
             path = os.path.join(_header_dir(), replayed[key])
             if _exists(path):
@@ -65,7 +64,6 @@ def _naming(original: Any) -> Any:
                 _names[key] = relative
         return path
 
-    precompile_header._neuron_recorder = True  # type: ignore[attr-defined]
     return precompile_header
 
 
@@ -79,10 +77,7 @@ def install_recorder() -> None:
         from torch._inductor import codecache
     except ImportError:
         return
-    original = getattr(codecache, "_precompile_header", None)
-    if original is None or getattr(original, "_neuron_recorder", False):
-        return
-    codecache._precompile_header = _naming(original)
+    install_once(codecache, "_precompile_header", _naming)
 
 
 def recorded_names() -> dict[str, str]:
@@ -91,18 +86,6 @@ def recorded_names() -> dict[str, str]:
         return dict(_names)
 
 
-@contextlib.contextmanager
-def answered_from(names: dict[str, str], fingerprint: str) -> Iterator[None]:
-    """Within this context, headers named in ``names`` on this CPU are not named again."""
-    from neuron_compile._isa_probes import cpu_fingerprint
-
-    global _replayed
-    if not names or fingerprint != cpu_fingerprint():
-        yield
-        return
-    install_recorder()
-    previous, _replayed = _replayed, dict(names)
-    try:
-        yield
-    finally:
-        _replayed = previous
+_replay = Replay(install_recorder)
+# Within this context, headers named in a record obtained on this CPU are not named again.
+answered_from = _replay.answered_from

@@ -22,11 +22,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["answered_from", "cpu_fingerprint", "install_recorder", "recorded_outcomes"]
+__all__ = ["Replay", "answered_from", "cpu_fingerprint", "install_once", "install_recorder", "recorded_outcomes"]
 
 _lock = threading.Lock()
 _outcomes: dict[str, bool] = {}  # probe library, relative to Inductor's cache directory -> loaded
-_replayed: dict[str, bool] | None = None  # while a load replays a record
 
 
 def _relative(path: str) -> str | None:
@@ -53,10 +52,41 @@ def cpu_fingerprint() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
+def install_once(owner: Any, name: str, wrap: Any) -> None:
+    """Replaces ``owner.name`` by ``wrap(original)``, once per process; nothing if it is missing."""
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_neuron_recorder", False):
+        return
+    wrapped = wrap(original)
+    wrapped._neuron_recorder = True
+    setattr(owner, name, wrapped)
+
+
+class Replay:
+    """A record of answers obtained on some CPU, consulted within :meth:`answered_from`."""
+
+    def __init__(self, install: Any) -> None:
+        self._install = install
+        self.active: dict[str, Any] | None = None  # while a load replays a record
+
+    @contextlib.contextmanager
+    def answered_from(self, record: dict[str, Any], fingerprint: str) -> Iterator[None]:
+        """Within this context, answers in ``record`` obtained on this CPU are not sought again."""
+        if not record or fingerprint != cpu_fingerprint():
+            yield
+            return
+        self._install()
+        previous, self.active = self.active, dict(record)
+        try:
+            yield
+        finally:
+            self.active = previous
+
+
 def _probing(original: Any) -> Any:
     def probe_load(isa: Any, output_path: str) -> bool:
         relative = _relative(output_path)
-        replayed = _replayed
+        replayed = _replay.active
         if replayed is not None and relative in replayed and os.path.isfile(output_path):
             outcome = replayed[relative]
         else:
@@ -66,7 +96,6 @@ def _probing(original: Any) -> Any:
                 _outcomes[relative] = outcome
         return outcome
 
-    probe_load._neuron_recorder = True  # type: ignore[attr-defined]
     return probe_load
 
 
@@ -79,28 +108,15 @@ def install_recorder() -> None:
         from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:
         return
-    original = getattr(VecISA, "_probe_load", None)
-    if original is None or getattr(original, "_neuron_recorder", False):
-        return
-    VecISA._probe_load = _probing(original)
+    install_once(VecISA, "_probe_load", _probing)
+
+
+_replay = Replay(install_recorder)
+# Within this context, probes recorded in ``outcomes`` on this CPU are not run again.
+answered_from = _replay.answered_from
 
 
 def recorded_outcomes() -> dict[str, bool]:
     """Probe libraries of this process (relative to Inductor's cache) and whether they loaded."""
     with _lock:
         return dict(_outcomes)
-
-
-@contextlib.contextmanager
-def answered_from(outcomes: dict[str, bool], fingerprint: str) -> Iterator[None]:
-    """Within this context, probes recorded in ``outcomes`` on this CPU are not run again."""
-    global _replayed
-    if not outcomes or fingerprint != cpu_fingerprint():
-        yield
-        return
-    install_recorder()
-    previous, _replayed = _replayed, dict(outcomes)
-    try:
-        yield
-    finally:
-        _replayed = previous
