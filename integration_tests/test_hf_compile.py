@@ -4,7 +4,8 @@
   the compiled run's fp32 loss curve equals the eager neuron run of the same steps.
 * Generation: ``generate(..., cache_implementation="static")`` on neuron compiles the decode step
   with the neuron backend (transformers' default ``CompileConfig`` for the device); greedy tokens
-  equal eager CPU generation, sampling with a fixed seed is valid and reproducible.
+  equal eager CPU generation, sampling with a fixed seed is valid and reproducible; a
+  sliding-window cache's length is a run-time argument, not a new trace per token.
 
 Every test uses its own persistent compile cache directory, so graphs really are compiled here
 (or found in this process's memory), and the metrics are reset first.
@@ -150,6 +151,33 @@ def test_static_cache_sampled_generate_is_compiled_and_reproducible(compile_cach
     torch.manual_seed(99)
     other = _generate(model, inputs, do_sample=True, top_k=20, temperature=1.5).cpu()
     assert not torch.equal(other, first)  # the seed matters: it really sampled
+
+
+def test_sliding_window_static_cache_traces_decoding_once_not_per_token(compile_cache):
+    """Mistral's sliding-window static cache keeps its length in a Python int. Decoding past the
+    window must not make Dynamo trace the step again for every token (it did, ~1 s a token):
+    the length becomes a run-time argument, greedy tokens equal the CPU's."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                           max_position_embeddings=64)
+    torch.manual_seed(5)
+    cpu_model = MistralForCausalLM(config).eval()
+    ids = torch.randint(1, 128, (1, 5))
+    new_tokens = 20  # crosses the window: not full, becoming full, then rolling
+    with torch.no_grad():
+        expected = cpu_model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+        model = cpu_model.to("neuron")
+        torch._dynamo.utils.clear_compilation_metrics()
+        out = model.generate(ids.to("neuron"), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                             do_sample=False, cache_implementation="static")
+    assert torch.equal(out.cpu(), expected), (out.cpu(), expected)
+    counters = neuron_compile.metrics.counters()
+    assert counters["eager_fallbacks"] == 0, neuron_compile.metrics.report()
+    # First length, then symbolic lengths before and after the window fills: a few traces, not 19.
+    assert counters["recompilations"] <= 3, neuron_compile.metrics.report()
+    assert counters["graphs"] <= 4, neuron_compile.metrics.report()
 
 
 def test_flex_attention_model_trains_on_neuron_and_matches_sdpa_on_cpu(compile_cache):

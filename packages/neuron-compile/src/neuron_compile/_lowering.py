@@ -35,6 +35,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from neuron_compile import _header_names, _isa_probes
 from neuron_compile._codegen import lowering_for_neuron
+from neuron_compile._dynamism import IntsSpecialised
 from neuron_compile._device_ops import CACHEABLE_REPLACEMENTS, replace_cpu_rejected_ops
 from neuron_compile.executable import NeuronExecutable
 
@@ -100,7 +101,27 @@ class UnsupportedGraphInput(TypeError):
     desugars through AOTAutograd before it reaches the lowering)."""
 
 
-def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode) -> list[Any]:
+def _runtime_int(value: int, position: int, shape_env: ShapeEnv) -> torch.SymInt:
+    """A fresh symbol standing for the int at ``position``, which the program takes at run time."""
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    return shape_env.create_unspecified_symint_and_symbol(
+        int(value), source=LocalSource(f"runtime_int_{position}"), dynamic_dim=DimDynamic.DYNAMIC)
+
+
+def _check_ints_unspecialised(shape_env: ShapeEnv, ints: Sequence[Any]) -> None:
+    """Raises :class:`IntsSpecialised` if compiling guarded on (or fixed) a run-time int's value."""
+    symbols = {value.node.expr for value in ints}
+    fixed = symbols & set(shape_env.replacements)
+    guarded = [guard.expr for guard in shape_env.guards if guard.expr.free_symbols & symbols]
+    if fixed or guarded:
+        raise IntsSpecialised(f"the lowering depends on the value of {sorted(map(str, fixed | symbols))}: "
+                              f"{[str(expr) for expr in guarded]}")
+
+
+def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode,
+                     runtime_ints: frozenset[int] = frozenset()) -> list[Any]:
     for position, value in enumerate(example_inputs):
         if is_traceable_wrapper_subclass(value):
             raise UnsupportedGraphInput(
@@ -115,7 +136,8 @@ def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode) -
         return value
 
     with fake_mode:
-        return [fake(value) for value in example_inputs]
+        return [_runtime_int(value, position, fake_mode.shape_env) if position in runtime_ints else fake(value)
+                for position, value in enumerate(example_inputs)]
 
 
 @contextlib.contextmanager
@@ -207,15 +229,19 @@ def _serialisability_problem(gm: torch.fx.GraphModule) -> str:
     return "Inductor produced no serialisable artifact"
 
 
-def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> LoweredGraph:
+def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                runtime_ints: frozenset[int] = frozenset()) -> LoweredGraph:
     """Compiles ``gm`` for exactly the shapes of ``example_inputs`` into a neuron executable.
 
-    A graph AOTAutograd cannot serialise (a rare construct, such as an opaque Python callable)
-    still compiles and runs; it is simply not written to the persistent cache.
+    The ints at ``runtime_ints`` (positions in ``example_inputs``) stay symbolic: the program
+    takes them as arguments, for any value; :class:`IntsSpecialised` is raised if compiling
+    had to depend on their values after all. A graph AOTAutograd cannot serialise (a rare
+    construct, such as an opaque Python callable) still compiles and runs; it is simply not
+    written to the persistent cache.
     """
     lowered = _graph_for_cpu_lowering(gm)
     fake_mode = FakeTensorMode(shape_env=ShapeEnv())
-    inputs = _fake_cpu_inputs(example_inputs, fake_mode)
+    inputs = _fake_cpu_inputs(example_inputs, fake_mode, runtime_ints)
     options = {"config_patches": {
         "post_grad_custom_post_pass": _NeuronLoweringMarker(),
         # Functions the graph rewrites introduce are as cacheable as the operators they replace.
@@ -227,6 +253,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Lowe
             lowered, inputs, dynamic_shapes="from_example_inputs", options=options, aot=True,
             fake_mode=fake_mode,
         )
+    _check_ints_unspecialised(fake_mode.shape_env, [inputs[position] for position in sorted(runtime_ints)])
     try:
         program = artifact.serialize()
     except (TypeError, AttributeError, RuntimeError):

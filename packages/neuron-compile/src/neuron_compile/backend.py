@@ -5,10 +5,11 @@ Static shapes, as on Trainium: every distinct input signature (sizes, strides, d
 graph with its own executable, counted in :mod:`neuron_compile.metrics`. A graph Dynamo hands
 over with symbolic sizes, because of ``dynamic=True`` or Dynamo's automatic dynamic shapes, is
 not compiled symbolically: it is compiled once per concrete signature it is called with (the
-documented coercion of ``dynamic=True``, announced by one warning). Loading the backend turns
-Dynamo's automatic dynamic shapes off for the process (``dynamic=None`` then behaves like
-``dynamic=False``) and raises its recompile limit to 64, so that a bucket policy's graphs (16
-with the default) all fit.
+documented coercion of ``dynamic=True``, announced by one warning). Loading the backend keeps
+Dynamo's automatic dynamic shapes off tensor sizes for the process, and raises its recompile
+limit to 64, so that a bucket policy's graphs (16 with the default) all fit. Python ints that
+change between calls still become ``SymInt`` inputs, as on other backends; one that only feeds
+computations is an argument of a single executable (see :mod:`neuron_compile._dynamism`).
 
 Executables come from, in order: this process's memory, the persistent compile cache
 (:mod:`neuron_compile.cache`), or the compiler (:mod:`neuron_compile._lowering`). A graph the
@@ -31,7 +32,8 @@ import torch
 import torch._dynamo
 import torch.fx
 
-from neuron_compile import _diagnostics, metrics
+from neuron_compile import _diagnostics, _dynamism, metrics
+from neuron_compile._dynamism import IntsSpecialised
 from neuron_compile._graph_attributes import LIFTED_PREFIX, lift_tensor_attributes
 from neuron_compile._sequence_inputs import flatten_sequence_inputs
 from neuron_compile.executable import NeuronExecutable
@@ -45,10 +47,10 @@ __version__ = "0.1.0"
 _MIN_RECOMPILE_LIMIT = 64
 if torch._dynamo.config.recompile_limit < _MIN_RECOMPILE_LIMIT:
     torch._dynamo.config.recompile_limit = _MIN_RECOMPILE_LIMIT
-# Static shapes: a new input shape is a recompile for that shape, never a symbolic graph that
-# would then be compiled again for shapes it had already seen. This is process-wide (Dynamo
-# has no per-backend setting), as torch.compile(..., dynamic=False) would be for every call.
-torch._dynamo.config.automatic_dynamic_shapes = False
+# Static shapes: a new tensor shape is a recompile for that shape, never a symbolic graph that
+# would then be compiled again for shapes it had already seen; changing Python ints become
+# run-time arguments (neuron_compile._dynamism). Process-wide: Dynamo has no per-backend setting.
+_dynamism.install()
 
 
 class NeuronCompileError(RuntimeError):
@@ -73,14 +75,62 @@ def _function_name() -> tuple[str, str]:
     return f"{name}{suffix}", f"{name}:{frame}"
 
 
-def _is_symbolic(gm: torch.fx.GraphModule) -> bool:
+def _meta_value(node: torch.fx.Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def _symint_positions(gm: torch.fx.GraphModule) -> dict[int, Any]:
+    """Placeholder position -> symbol, for the graph's ``SymInt`` inputs (ints Dynamo made dynamic)."""
+    import sympy
+
+    positions = {}
+    for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        value = _meta_value(node)
+        if isinstance(value, torch.SymInt):
+            positions[position] = value.node.expr if isinstance(value.node.expr, sympy.Symbol) else None
+    return positions
+
+
+def _sizing_symbols(gm: torch.fx.GraphModule) -> set[Any]:
+    """Symbols in the sizes, strides or offsets of any tensor the graph (or a subgraph) computes."""
     from torch.fx.experimental.symbolic_shapes import free_symbols
 
-    for node in gm.graph.find_nodes(op="placeholder"):
-        value = node.meta.get("example_value")
-        if isinstance(value, torch.SymInt) or (isinstance(value, torch.Tensor) and free_symbols(value)):
-            return True
-    return False
+    symbols: set[Any] = set()
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                for item in torch.utils._pytree.tree_leaves(_meta_value(node)):
+                    if isinstance(item, torch.Tensor):
+                        symbols |= free_symbols(item)
+    return symbols
+
+
+def _runtime_int_positions(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """``SymInt`` inputs that size no tensor: compiled as run-time arguments, not specialised."""
+    symints = _symint_positions(gm)
+    if not symints:
+        return frozenset()
+    sizing = _sizing_symbols(gm)
+    return frozenset(position for position, symbol in symints.items()
+                     if symbol is not None and symbol not in sizing)
+
+
+def _has_symbolic_tensors(gm: torch.fx.GraphModule) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    return any(isinstance(value := _meta_value(node), torch.Tensor) and free_symbols(value)
+               for node in gm.graph.find_nodes(op="placeholder"))
+
+
+def _hint(value: Any) -> Any:
+    """The example value of a ``SymInt`` Dynamo passes at compile time (read without guarding on it)."""
+    if isinstance(value, torch.SymInt) and value.node.hint is not None:
+        return int(value.node.hint)
+    return value
+
+
+# The signature entry of an int passed to the executable at run time (any value).
+_RUNTIME_INT = "SymInt"
 
 
 def _input_spec(value: Any) -> Any:
@@ -99,14 +149,22 @@ def _is_module_state(placeholder: str) -> bool:
 
 
 _SHOWN_INPUTS = 12
+_SIZE_SYMBOL = re.compile(r"s\d+$")  # Dynamo's placeholders for symbolic tensor sizes (dynamic=True)
 
 
 def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
-    """``input_ids=4x128 labels=4x128 (+22 parameters)``: the inputs a reader recognises."""
+    """``input_ids=4x128 labels=4x128 (+22 parameters)``: the inputs a reader recognises.
+
+    Ints show their value, or ``int`` when the executable takes any value at run time.
+    """
     from neuron_compile._diagnostics import readable_input_name
 
     shown, state = [], 0
     for name, spec in zip(placeholders, specs):
+        if spec == _RUNTIME_INT or (type(spec) is int and not _is_module_state(name)
+                                    and not _SIZE_SYMBOL.match(name)):  # sizes show as tensors' shapes
+            shown.append(f"{readable_input_name(name)}={'int' if spec == _RUNTIME_INT else spec}")
+            continue
         if not isinstance(spec, list):
             continue
         if _is_module_state(name):
@@ -141,13 +199,13 @@ def _tensor_digest(value: torch.Tensor) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _cache_key(gm: torch.fx.GraphModule, specs: list[Any], options: CompileOptions) -> str:
+def _cache_key(graph_text: str, specs: list[Any], options: CompileOptions) -> str:
     import neuron_runtime
     from neuron_compile.cache import make_key
 
     autocast = (torch.is_autocast_enabled("neuron"), str(torch.get_autocast_dtype("neuron")))
     return make_key({
-        "graph": _graph_text(gm),
+        "graph": graph_text,
         "inputs": specs,
         "grad_enabled": torch.is_grad_enabled(),
         "autocast": list(autocast),
@@ -265,6 +323,34 @@ class _NeuronGraph:
         # list inputs (compiled autograd's saved tensors) by their lengths: a flat graph each
         self.flattened: dict[tuple[int, ...], tuple[_NeuronGraph, Callable[..., list[Any]]]] = {}
         self.host_outputs = _host_output_positions(self.gm)
+        self.symbolic_tensors = _has_symbolic_tensors(self.gm)
+        self.symints = frozenset(_symint_positions(self.gm))
+        # ints that only feed computations: one executable takes any value (cleared if the
+        # lowering had to specialise them after all)
+        self.runtime_ints = _runtime_int_positions(self.gm)
+        self._text: str | None = None
+
+    @property
+    def dispatches_per_call(self) -> bool:
+        """Whether each call must pick its executable (symbolic sizes, or ints that size tensors)."""
+        return self.symbolic_tensors or bool(self.symints - self.runtime_ints)
+
+    def compiled(self, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        """What Dynamo (or AOTAutograd) calls: one executable, or this graph choosing per call."""
+        if not self.dispatches_per_call:
+            executable = self.executable_for([_hint(value) for value in example_inputs])
+            if not self.dispatches_per_call:  # the lowering kept the run-time ints symbolic
+                return executable
+        return self
+
+    def _specs(self, inputs: Sequence[Any]) -> list[Any]:
+        return [_RUNTIME_INT if position in self.runtime_ints else _input_spec(value)
+                for position, value in enumerate(inputs)]
+
+    def _key(self, specs: list[Any]) -> str:
+        if self._text is None:
+            self._text = _graph_text(self.gm)
+        return _cache_key(self._text, specs, self.options)
 
     def executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         """The executable for ``inputs``' signature, called with the graph's inputs only."""
@@ -279,11 +365,16 @@ class _NeuronGraph:
     def _executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         if any(isinstance(value, (list, tuple)) for value in inputs):
             return self._flat_executable_for(inputs)
-        specs = [_input_spec(value) for value in inputs]
-        key = _cache_key(self.gm, specs, self.options)
+        specs = self._specs(inputs)
+        key = self._key(specs)
         executable = self.executables.get(key)
         if executable is None:
-            executable = _on_core(self._obtain(key, inputs, specs), _device_index(inputs))
+            try:
+                obtained = self._obtain(key, inputs, specs)
+            except IntsSpecialised:  # the lowering guards on their values: one executable per value
+                self.runtime_ints = frozenset()
+                return self._executable_for(inputs)
+            executable = _on_core(obtained, _device_index(inputs))
             self.executables[key] = executable
             shapes = {name: tuple(spec[0]) for name, spec in zip(self.placeholders, specs)
                       if isinstance(spec, list) and not _is_module_state(name)}
@@ -353,7 +444,9 @@ class _NeuronGraph:
 
         start = time.perf_counter()
         try:
-            lowered = lower_graph(self.gm, inputs)
+            lowered = lower_graph(self.gm, inputs, self.runtime_ints)
+        except IntsSpecialised:
+            raise
         except Exception as error:
             operator = _failing_operator(error)
             where = f" at operator {operator}" if operator else ""
@@ -405,7 +498,7 @@ def _compile_through_aot_autograd(gm: torch.fx.GraphModule, example_inputs: list
         graph = _NeuronGraph(plain_gm, options)
         backward = any(name.startswith("tangents") for name in graph.placeholders)
         graph.name += " backward" if backward else " forward"
-        return make_boxed_func(graph.executable_for(plain_inputs))
+        return make_boxed_func(graph.compiled(plain_inputs))
 
     backend = aot_autograd(fw_compiler=compile_plain, partition_fn=min_cut_rematerialization_partition,
                            keep_inference_input_mutations=True)
@@ -420,12 +513,12 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *,
     if _has_subclass_input(example_inputs):
         return _compile_through_aot_autograd(gm, example_inputs, compile_options)
     graph = _NeuronGraph(gm, compile_options)
-    if _is_symbolic(gm):
-        if not torch._dynamo.config.assume_static_by_default and not _warned_dynamic:
-            _warned_dynamic = True
-            warnings.warn(
-                "torch.compile(backend='neuron', dynamic=True): Trainium graphs have static shapes, so "
-                "the neuron backend compiles one graph per input shape it is called with. Pad inputs "
-                "to buckets (neuron_compile.BucketPolicy) to bound the number of graphs.", stacklevel=2)
+    if graph.symbolic_tensors and not torch._dynamo.config.assume_static_by_default and not _warned_dynamic:
+        _warned_dynamic = True
+        warnings.warn(
+            "torch.compile(backend='neuron', dynamic=True): Trainium graphs have static shapes, so "
+            "the neuron backend compiles one graph per input shape it is called with. Pad inputs "
+            "to buckets (neuron_compile.BucketPolicy) to bound the number of graphs.", stacklevel=2)
+    if graph.symbolic_tensors:
         return graph
-    return graph.executable_for(example_inputs)
+    return graph.compiled(example_inputs)

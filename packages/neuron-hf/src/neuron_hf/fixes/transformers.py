@@ -1,5 +1,5 @@
-"""transformers 5.23 on neuron: the Trainer's RNG checkpoint, continuous batching's memory budget, and the
-device tables of its test utilities."""
+"""transformers 5.23 on neuron: generate()'s compile settings, the Trainer's RNG checkpoint, continuous
+batching's memory budget, and the device tables of its test utilities."""
 
 from __future__ import annotations
 
@@ -128,7 +128,35 @@ def _register_testing_device(module: ModuleType) -> None:
     module.BACKEND_TORCH_ACCELERATOR_MODULE.setdefault(_KEY, neuron)
 
 
+def _make_default_compile_config(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _default_compile_config(self: Any) -> Any:
+        config = original(self)
+        if getattr(self, "device", None) is not None and self.device.type == "neuron" and config.dynamic is False:
+            config.dynamic = None  # static tensor shapes all the same: the neuron backend keeps them
+        return config
+
+    return _default_compile_config
+
+
+def _patch_default_compile_config(module: ModuleType) -> None:
+    # Upstream: generate() compiles neuron decoding with CompileConfig(backend="neuron",
+    # dynamic=False) to get static shapes. dynamic=False also specialises every Python int, and
+    # a sliding-window static cache (Mistral, Gemma 2/3, Qwen2) keeps its length in one, so
+    # Dynamo traced the decoding step again for every new token (~1 s a token, and eager
+    # decoding once Dynamo's recompile limit is reached). With dynamic=None the neuron backend
+    # still keeps tensor shapes static, and that length becomes a run-time argument.
+    replace_function(module.PreTrainedModel, "_default_compile_config", _make_default_compile_config)
+
+
 FIXES = [
+    Fix(
+        name="transformers.PreTrainedModel.default_compile_config",
+        module="transformers.modeling_utils",
+        distribution="transformers",
+        versions="~=5.23.0",
+        corrects="generate() retraces sliding-window static-cache decoding for every token on neuron",
+        apply=_patch_default_compile_config,
+    ),
     Fix(
         name="transformers.Trainer.rng_state",
         module="transformers.trainer",
