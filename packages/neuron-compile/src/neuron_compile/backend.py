@@ -329,6 +329,7 @@ class _NeuronGraph:
         # lowering had to specialise them after all)
         self.runtime_ints = _runtime_int_positions(self.gm)
         self._text: str | None = None
+        self._by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     @property
     def dispatches_per_call(self) -> bool:
@@ -346,6 +347,21 @@ class _NeuronGraph:
     def _specs(self, inputs: Sequence[Any]) -> list[Any]:
         return [_RUNTIME_INT if position in self.runtime_ints else _input_spec(value)
                 for position, value in enumerate(inputs)]
+
+    def _call_signature(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        """What selects an executable (the cache key's varying part), cheap to build and hash."""
+        items: list[Any] = [torch.is_grad_enabled(), torch.is_autocast_enabled("neuron"),
+                            torch.get_autocast_dtype("neuron")]
+        for position, value in enumerate(inputs):
+            if isinstance(value, torch.Tensor):
+                items.append((value.shape, value.stride(), value.dtype, value.device.type, value.requires_grad))
+            elif position in self.runtime_ints:
+                items.append(_RUNTIME_INT)
+            elif isinstance(value, (bool, int, float, str, type(None))):
+                items.append((type(value), value))  # the type too: True and 1 are equal keys
+            else:
+                items.append((type(value), repr(_input_spec(value))))
+        return tuple(items)
 
     def _key(self, specs: list[Any]) -> str:
         if self._text is None:
@@ -365,6 +381,11 @@ class _NeuronGraph:
     def _executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         if any(isinstance(value, (list, tuple)) for value in inputs):
             return self._flat_executable_for(inputs)
+        # Graphs that pick an executable per call look it up without building a cache key.
+        seen = self._call_signature(inputs)
+        executable = self._by_signature.get(seen)
+        if executable is not None:
+            return executable
         specs = self._specs(inputs)
         key = self._key(specs)
         executable = self.executables.get(key)
@@ -379,6 +400,7 @@ class _NeuronGraph:
             shapes = {name: tuple(spec[0]) for name, spec in zip(self.placeholders, specs)
                       if isinstance(spec, list) and not _is_module_state(name)}
             _diagnostics.note_graph(self.function, shapes, self.options.graph_warning_threshold)
+        self._by_signature[seen] = executable
         return executable
 
     def _flat_executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
