@@ -70,12 +70,30 @@ def test_an_int_that_sizes_a_tensor_compiles_per_value_without_retracing(fresh_c
     assert _dynamo_recompiles() == 1
 
 
-def test_an_int_index_matches_eager_for_every_value(fresh_compiler):
+def _window(x: torch.Tensor, n: int) -> torch.Tensor:
+    return x[:, n:n + 2] * 2
+
+
+def test_an_int_index_is_a_run_time_argument_within_dynamos_bounds(fresh_compiler):
     compiled = torch.compile(_pick, backend="neuron")
     x = torch.randn(6, 3, device="neuron")
+    values = (1, 2, 5, -1, -6, 3, 0, -3, 4)
     with torch.no_grad():
-        for n in (1, 2, 5, -1, -6, 3, 0):
+        for n in values:
             torch.testing.assert_close(compiled(x, n).cpu(), _pick(x.cpu(), n))
+    # Dynamo guards the index's range (negative indices are another trace); within a range
+    # the lowering knows the index is in bounds, so one executable serves every value
+    signatures = [record.signature for record in metrics.graphs()]
+    assert signatures.count("x=6x3 n=int") == len(signatures) - 1 < len(values) - 3, signatures
+
+
+def test_slicing_at_an_int_offset_matches_eager(fresh_compiler):
+    compiled = torch.compile(_window, backend="neuron")
+    x = torch.randn(6, 6, device="neuron")
+    with torch.no_grad():
+        for n in (1, 2, 4, 3, 0, 2):
+            torch.testing.assert_close(compiled(x, n).cpu(), _window(x.cpu(), n))
+    assert metrics.counters()["graphs"] == 2
 
 
 def test_dynamic_false_still_specialises_ints(fresh_compiler):
@@ -121,3 +139,21 @@ def test_zero_and_one_after_the_first_change(fresh_compiler, n):
     with torch.no_grad():
         compiled(x, 7), compiled(x, 8)
         torch.testing.assert_close(compiled(x, n).cpu(), _scale(x.cpu(), n))
+
+
+def test_an_int_the_lowering_guards_on_gets_one_executable_per_value(fresh_compiler, monkeypatch):
+    from neuron_compile import _lowering
+    from neuron_compile._dynamism import IntsSpecialised
+
+    def guarded(shape_env, ints):  # as if Inductor had guarded on the int's value
+        if ints:
+            raise IntsSpecialised("guard on the value")
+
+    monkeypatch.setattr(_lowering, "_check_ints_unspecialised", guarded)
+    compiled = torch.compile(_scale, backend="neuron")
+    x = torch.randn(4, device="neuron")
+    with torch.no_grad():
+        for n in (3, 4, 5, 4):
+            torch.testing.assert_close(compiled(x, n).cpu(), _scale(x.cpu(), n))
+    assert [record.signature for record in metrics.graphs()] == ["x=4", "x=4 n=4", "x=4 n=5"]
+    assert _dynamo_recompiles() == 1  # still no trace per value

@@ -21,7 +21,7 @@ import contextlib
 import copy
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -101,13 +101,24 @@ class UnsupportedGraphInput(TypeError):
     desugars through AOTAutograd before it reaches the lowering)."""
 
 
-def _runtime_int(value: int, position: int, shape_env: ShapeEnv) -> torch.SymInt:
-    """A fresh symbol standing for the int at ``position``, which the program takes at run time."""
+def _runtime_int(value: int, position: int, bounds: tuple[int | None, int | None],
+                 shape_env: ShapeEnv) -> torch.SymInt:
+    """A fresh symbol for the int at ``position``, which the program takes at run time.
+
+    ``bounds`` are the range Dynamo's guards hold the int to on every call (``None``: unbounded),
+    so the lowering need not guard on them again (``x[n]`` is in range).
+    """
     from torch._dynamo.source import LocalSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic
+    from torch.utils._sympy.numbers import int_oo
 
-    return shape_env.create_unspecified_symint_and_symbol(
+    symint = shape_env.create_unspecified_symint_and_symbol(
         int(value), source=LocalSource(f"runtime_int_{position}"), dynamic_dim=DimDynamic.DYNAMIC)
+    lower, upper = bounds
+    if lower is not None or upper is not None:
+        shape_env.constrain_symbol_range(symint.node.expr, -int_oo if lower is None else lower,
+                                         int_oo if upper is None else upper)
+    return symint
 
 
 def _check_ints_unspecialised(shape_env: ShapeEnv, ints: Sequence[Any]) -> None:
@@ -121,7 +132,7 @@ def _check_ints_unspecialised(shape_env: ShapeEnv, ints: Sequence[Any]) -> None:
 
 
 def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode,
-                     runtime_ints: frozenset[int] = frozenset()) -> list[Any]:
+                     runtime_ints: Mapping[int, tuple[int | None, int | None]] | None = None) -> list[Any]:
     for position, value in enumerate(example_inputs):
         if is_traceable_wrapper_subclass(value):
             raise UnsupportedGraphInput(
@@ -136,8 +147,9 @@ def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode,
         return value
 
     with fake_mode:
-        return [_runtime_int(value, position, fake_mode.shape_env) if position in runtime_ints else fake(value)
-                for position, value in enumerate(example_inputs)]
+        runtime_ints = runtime_ints or {}
+        return [_runtime_int(value, position, runtime_ints[position], fake_mode.shape_env)
+                if position in runtime_ints else fake(value) for position, value in enumerate(example_inputs)]
 
 
 @contextlib.contextmanager
@@ -230,12 +242,12 @@ def _serialisability_problem(gm: torch.fx.GraphModule) -> str:
 
 
 def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                runtime_ints: frozenset[int] = frozenset()) -> LoweredGraph:
+                runtime_ints: Mapping[int, tuple[int | None, int | None]] | None = None) -> LoweredGraph:
     """Compiles ``gm`` for exactly the shapes of ``example_inputs`` into a neuron executable.
 
-    The ints at ``runtime_ints`` (positions in ``example_inputs``) stay symbolic: the program
-    takes them as arguments, for any value; :class:`IntsSpecialised` is raised if compiling
-    had to depend on their values after all. A graph AOTAutograd cannot serialise (a rare
+    The ints at ``runtime_ints`` (positions in ``example_inputs``, with their bounds) stay
+    symbolic: the program takes them as arguments, for any value in bounds;
+    :class:`IntsSpecialised` is raised if compiling had to depend on their values after all. A graph AOTAutograd cannot serialise (a rare
     construct, such as an opaque Python callable) still compiles and runs; it is simply not
     written to the persistent cache.
     """
@@ -253,7 +265,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             lowered, inputs, dynamic_shapes="from_example_inputs", options=options, aot=True,
             fake_mode=fake_mode,
         )
-    _check_ints_unspecialised(fake_mode.shape_env, [inputs[position] for position in sorted(runtime_ints)])
+    _check_ints_unspecialised(fake_mode.shape_env, [inputs[position] for position in sorted(runtime_ints or {})])
     try:
         program = artifact.serialize()
     except (TypeError, AttributeError, RuntimeError):

@@ -92,27 +92,42 @@ def _symint_positions(gm: torch.fx.GraphModule) -> dict[int, Any]:
 
 
 def _sizing_symbols(gm: torch.fx.GraphModule) -> set[Any]:
-    """Symbols in the sizes, strides or offsets of any tensor the graph (or a subgraph) computes."""
-    from torch.fx.experimental.symbolic_shapes import free_symbols
+    """Symbols in the sizes or strides of any tensor the graph (or a subgraph) computes.
 
+    Storage offsets do not count: a view at an int's offset (``x[n]``) keeps static shapes.
+    """
     symbols: set[Any] = set()
     for module in gm.modules():
         if isinstance(module, torch.fx.GraphModule):
             for node in module.graph.nodes:
                 for item in torch.utils._pytree.tree_leaves(_meta_value(node)):
                     if isinstance(item, torch.Tensor):
-                        symbols |= free_symbols(item)
+                        for extent in (*item.shape, *item.stride()):
+                            if isinstance(extent, torch.SymInt):
+                                symbols |= extent.node.expr.free_symbols
     return symbols
 
 
-def _runtime_int_positions(gm: torch.fx.GraphModule) -> frozenset[int]:
-    """``SymInt`` inputs that size no tensor: compiled as run-time arguments, not specialised."""
+def _int_bounds(value: torch.SymInt) -> tuple[int | None, int | None]:
+    """The range Dynamo's guards hold an int to (``x[n]``: ``0 <= n < len``), None where unbounded."""
+    from torch.utils._sympy.numbers import int_oo
+
+    def finite(bound: Any) -> int | None:
+        return None if bound in (int_oo, -int_oo) or not (bound.is_finite and bound.is_integer) else int(bound)
+
+    known = value.node.shape_env.var_to_range.get(value.node.expr)
+    return (None, None) if known is None else (finite(known.lower), finite(known.upper))
+
+
+def _runtime_int_positions(gm: torch.fx.GraphModule) -> dict[int, tuple[int | None, int | None]]:
+    """``SymInt`` inputs that size no tensor, with their bounds: compiled as run-time arguments."""
     symints = _symint_positions(gm)
     if not symints:
-        return frozenset()
+        return {}
     sizing = _sizing_symbols(gm)
-    return frozenset(position for position, symbol in symints.items()
-                     if symbol is not None and symbol not in sizing)
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    return {position: _int_bounds(_meta_value(placeholders[position]))
+            for position, symbol in symints.items() if symbol is not None and symbol not in sizing}
 
 
 def _has_symbolic_tensors(gm: torch.fx.GraphModule) -> bool:
@@ -129,8 +144,17 @@ def _hint(value: Any) -> Any:
     return value
 
 
-# The signature entry of an int passed to the executable at run time (any value).
+# The signature entry of an int passed to the executable at run time (any value in its bounds).
 _RUNTIME_INT = "SymInt"
+
+
+def _runtime_int_spec(bounds: tuple[int | None, int | None]) -> str:
+    lower, upper = bounds
+    return f"{_RUNTIME_INT}[{'' if lower is None else lower}:{'' if upper is None else upper}]"
+
+
+def _is_runtime_int_spec(spec: Any) -> bool:
+    return isinstance(spec, str) and spec.startswith(_RUNTIME_INT + "[")
 
 
 def _input_spec(value: Any) -> Any:
@@ -161,9 +185,9 @@ def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
 
     shown, state = [], 0
     for name, spec in zip(placeholders, specs):
-        if spec == _RUNTIME_INT or (type(spec) is int and not _is_module_state(name)
+        if _is_runtime_int_spec(spec) or (type(spec) is int and not _is_module_state(name)
                                     and not _SIZE_SYMBOL.match(name)):  # sizes show as tensors' shapes
-            shown.append(f"{readable_input_name(name)}={'int' if spec == _RUNTIME_INT else spec}")
+            shown.append(f"{readable_input_name(name)}={'int' if _is_runtime_int_spec(spec) else spec}")
             continue
         if not isinstance(spec, list):
             continue
@@ -325,8 +349,8 @@ class _NeuronGraph:
         self.host_outputs = _host_output_positions(self.gm)
         self.symbolic_tensors = _has_symbolic_tensors(self.gm)
         self.symints = frozenset(_symint_positions(self.gm))
-        # ints that only feed computations: one executable takes any value (cleared if the
-        # lowering had to specialise them after all)
+        # ints that only feed computations, with the bounds Dynamo guards: one executable takes
+        # any value in them (cleared if the lowering had to specialise them after all)
         self.runtime_ints = _runtime_int_positions(self.gm)
         self._text: str | None = None
         self._by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
@@ -334,7 +358,7 @@ class _NeuronGraph:
     @property
     def dispatches_per_call(self) -> bool:
         """Whether each call must pick its executable (symbolic sizes, or ints that size tensors)."""
-        return self.symbolic_tensors or bool(self.symints - self.runtime_ints)
+        return self.symbolic_tensors or bool(self.symints - self.runtime_ints.keys())
 
     def compiled(self, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         """What Dynamo (or AOTAutograd) calls: one executable, or this graph choosing per call."""
@@ -345,7 +369,7 @@ class _NeuronGraph:
         return self
 
     def _specs(self, inputs: Sequence[Any]) -> list[Any]:
-        return [_RUNTIME_INT if position in self.runtime_ints else _input_spec(value)
+        return [_runtime_int_spec(self.runtime_ints[position]) if position in self.runtime_ints else _input_spec(value)
                 for position, value in enumerate(inputs)]
 
     def _call_signature(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -393,7 +417,7 @@ class _NeuronGraph:
             try:
                 obtained = self._obtain(key, inputs, specs)
             except IntsSpecialised:  # the lowering guards on their values: one executable per value
-                self.runtime_ints = frozenset()
+                self.runtime_ints = {}
                 return self._executable_for(inputs)
             executable = _on_core(obtained, _device_index(inputs))
             self.executables[key] = executable
