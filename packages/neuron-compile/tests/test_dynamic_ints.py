@@ -157,3 +157,19 @@ def test_an_int_the_lowering_guards_on_gets_one_executable_per_value(fresh_compi
             torch.testing.assert_close(compiled(x, n).cpu(), _scale(x.cpu(), n))
     assert [record.signature for record in metrics.graphs()] == ["x=4", "x=4 n=4", "x=4 n=5"]
     assert _dynamo_recompiles() == 1  # still no trace per value
+
+
+def test_an_int_that_sizes_tensors_names_itself_in_the_churn_warning(fresh_compiler):
+    import warnings
+
+    from neuron_compile._diagnostics import ShapeChurnWarning
+
+    compiled = torch.compile(_ones_of, backend="neuron", options={"graph_warning_threshold": 3})
+    x = torch.randn(3, device="neuron")
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for n in (2, 3, 4, 5, 6):
+            compiled(x, n)
+    churn = [str(w.message) for w in caught if issubclass(w.category, ShapeChurnWarning)]
+    assert len(churn) == 1
+    assert "int argument 'n' took" in churn[0] and "sizes a tensor" in churn[0], churn[0]

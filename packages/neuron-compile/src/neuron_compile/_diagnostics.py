@@ -2,7 +2,8 @@
 
 Trainium runs one compiled graph per input shape, so a function called with many different
 sequence lengths compiles many graphs. Past a threshold a single warning names the input
-dimension that keeps changing and the bucket policy that would bound the count.
+dimension that keeps changing and the bucket policy that would bound the count, or the int
+argument whose values size a tensor (each value is a graph too).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class ShapeChurnWarning(UserWarning):
 
 _lock = threading.Lock()
 _seen: dict[str, list[dict[str, tuple[int, ...]]]] = collections.defaultdict(list)
+_seen_ints: dict[str, list[dict[str, int]]] = collections.defaultdict(list)
 _warned: set[str] = set()
 
 
@@ -43,16 +45,36 @@ def _varying_dimension(signatures: Sequence[dict[str, tuple[int, ...]]]) -> tupl
     return best
 
 
-def note_graph(function: str, shapes: dict[str, tuple[int, ...]], threshold: int) -> None:
-    """Records that ``function`` got a graph for ``shapes``; warns once past ``threshold``."""
+def _varying_int(values: Sequence[dict[str, int]]) -> tuple[str, list[int]] | None:
+    best: tuple[str, list[int]] | None = None
+    for name in values[-1] if values else ():
+        seen = sorted({ints[name] for ints in values if name in ints})
+        if len(seen) > 1 and (best is None or len(seen) > len(best[1])):
+            best = (name, seen)
+    return best
+
+
+def note_graph(function: str, shapes: dict[str, tuple[int, ...]], threshold: int,
+               ints: dict[str, int] | None = None) -> None:
+    """Records that ``function`` got a graph for ``shapes`` (and int arguments ``ints``); warns
+    once past ``threshold``."""
     with _lock:
         _seen[function].append(shapes)
+        _seen_ints[function].append(dict(ints or {}))
         signatures = list(_seen[function])
+        int_values = list(_seen_ints[function])
         if len(signatures) <= threshold or function in _warned:
             return
         _warned.add(function)
     varying = _varying_dimension(signatures)
-    if varying is None:
+    varying_int = _varying_int(int_values) if varying is None else None
+    if varying_int is not None:
+        name, values = varying_int
+        shown = ", ".join(map(str, values[:8])) + (", ..." if len(values) > 8 else "")
+        detail = (f"int argument '{readable_input_name(name)}' took {len(values)} different values "
+                  f"({shown}) and sizes a tensor, so each value is a graph")
+        advice = "round it up to a few values (a bucket), or compute the size from a padded tensor's shape"
+    elif varying is None:
         detail = "its inputs' shapes did not change, so guards on other values caused the recompiles"
         advice = "see torch_neuronx.metrics.report() for the failing guards"
     else:
@@ -73,4 +95,5 @@ def note_graph(function: str, shapes: dict[str, tuple[int, ...]], threshold: int
 def _reset() -> None:
     with _lock:
         _seen.clear()
+        _seen_ints.clear()
         _warned.clear()

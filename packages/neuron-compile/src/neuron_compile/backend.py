@@ -423,7 +423,9 @@ class _NeuronGraph:
             self.executables[key] = executable
             shapes = {name: tuple(spec[0]) for name, spec in zip(self.placeholders, specs)
                       if isinstance(spec, list) and not _is_module_state(name)}
-            _diagnostics.note_graph(self.function, shapes, self.options.graph_warning_threshold)
+            ints = {name: spec for name, spec in zip(self.placeholders, specs)
+                    if type(spec) is int and not _SIZE_SYMBOL.match(name)}
+            _diagnostics.note_graph(self.function, shapes, self.options.graph_warning_threshold, ints)
         self._by_signature[seen] = executable
         return executable
 
