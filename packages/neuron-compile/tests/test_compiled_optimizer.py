@@ -109,3 +109,46 @@ def test_compiled_optimizer_step_persists_across_processes(tmp_path):
     assert "compiled" in cold["SOURCES"]
     assert "compiled" not in warm["SOURCES"] and "disk" in warm["SOURCES"]
     assert warm["WEIGHT"] == cold["WEIGHT"]
+
+
+def _closure_step(device: str, backend: str, **options) -> torch.Tensor:
+    torch._dynamo.reset()
+    param = torch.rand(2, 3, generator=torch.Generator().manual_seed(0)).to(device).requires_grad_(True)
+
+    def closure():  # a closure is a graph break inside step()
+        param.grad = torch.ones_like(param) * 2
+        return param.grad
+
+    optimizer = torch.optim.AdamW([param], **options)
+    torch.compile(lambda: optimizer.step(closure), backend=backend)()
+    return param.detach().cpu()
+
+
+@pytest.mark.parametrize("backend", ["eager", "neuron"])
+def test_step_with_a_closure_compiles_with_neurons_default_foreach(fresh_compiler, backend):
+    # Dynamo makes CUDA param groups capturable; without the same for neuron, the default
+    # foreach AdamW failed tracing after the closure's graph break (a CPU scalars tensor)
+    expected = _closure_step("cpu", "eager", foreach=False)
+    torch.testing.assert_close(_closure_step("neuron", backend), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_compiled_training_keeps_one_step_tensor_on_the_device(fresh_compiler):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Sigmoid(), torch.nn.Linear(3, 1)).to("neuron")
+    x = torch.rand(3, 2).to("neuron")
+    optimizer = torch.optim.Adam(model.parameters())
+
+    def loop() -> list[torch.Tensor]:
+        steps = []
+        for i in range(6):
+            optimizer.zero_grad()
+            if i != 3:  # no gradients: this step leaves the count alone
+                model(x).sum().backward()
+            optimizer.step()
+            steps.append(optimizer.state[model[0].weight]["step"])
+        return steps
+
+    steps = torch.compile(loop, backend="eager")()
+    assert steps[0].device.type == "neuron"
+    assert all(step is steps[0] for step in steps)  # a CPU count was replaced by a device copy
+    assert steps[0].item() == 5.0

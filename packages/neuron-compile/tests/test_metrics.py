@@ -29,3 +29,20 @@ def test_report_names_graph_breaks_and_recompile_guards(fresh_compiler):
     assert "size mismatch" in text  # the guard that failed
     assert totals["compilations"] == 4  # two graphs (around the break) x two shapes
     assert "compile time" in text and "persistent cache" in text
+
+
+def test_inductors_kernel_count_is_replayed_when_an_executable_comes_from_memory(fresh_compiler):
+    import torch._inductor.metrics as inductor_metrics
+
+    def f(x):
+        return x.sin() * 2 + x.cos().sum()
+
+    x = torch.randn(8, device="neuron")
+    counts = []
+    for _ in range(3):
+        torch._dynamo.reset()  # compiled again: the executable comes from this process's memory
+        inductor_metrics.reset()
+        torch.compile(f, backend="neuron")(x)
+        counts.append(inductor_metrics.generated_kernel_count)
+    assert counts[0] > 0 and counts == [counts[0]] * 3
+    assert [record.source for record in metrics.graphs()] == ["compiled", "memory", "memory"]

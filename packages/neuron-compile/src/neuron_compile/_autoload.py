@@ -1,7 +1,9 @@
 """Entry point of the ``torch.backends`` group: ``import torch`` calls :func:`autoload`.
 
 Only routes the default ``torch.compile`` backend's neuron graphs to the neuron compiler (see
-:mod:`neuron_compile._default_backend`); the compiler itself is imported on first use.
+:mod:`neuron_compile._default_backend`) and arms Dynamo's optimizer handling for neuron
+parameters (:mod:`neuron_compile._compiled_optimizers`); the compiler itself is imported on
+first use.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ def autoload() -> None:
     from neuron_runtime._autoload import autoload as register_device
 
     register_device()
-    from neuron_compile._default_backend import install
+    from neuron_compile import _compiled_optimizers, _default_backend
 
-    install()
+    _default_backend.install()
+    _compiled_optimizers.install()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import platform
 import re
+import sys
 import threading
 import time
 import warnings
@@ -58,7 +59,21 @@ class NeuronCompileError(RuntimeError):
 
 
 _memory_lock = threading.Lock()
-_loaded: dict[str, tuple[Callable[..., Any], int]] = {}  # key -> (executable, kernel count)
+# key -> (executable, kernel binaries, kernels Inductor counted generating or loading it)
+_loaded: dict[str, tuple[Callable[..., Any], int, int]] = {}
+
+
+def _inductor_kernel_count() -> int:
+    """Inductor's process-wide count of generated kernels (tests and tools read it), if loaded."""
+    inductor_metrics = sys.modules.get("torch._inductor.metrics")
+    return getattr(inductor_metrics, "generated_kernel_count", 0) if inductor_metrics else 0
+
+
+def _count_inductor_kernels(count: int) -> None:
+    """Replays ``count`` on Inductor's counter, as Inductor's own cache hits do."""
+    inductor_metrics = sys.modules.get("torch._inductor.metrics")
+    if inductor_metrics is not None and count:
+        inductor_metrics.generated_kernel_count += count
 _warned_dynamic = False
 
 
@@ -450,11 +465,13 @@ class _NeuronGraph:
             known = _loaded.get(key)
         if known is not None:
             metrics._record(metrics.GraphRecord(self.name, signature, "memory", 0.0, key, kernels=known[1]))
+            _count_inductor_kernels(known[2])
             return known[0]
         from neuron_compile.cache import default_cache
 
         cache = default_cache() if self.options.cache else None
         start = time.perf_counter()
+        counted_before = _inductor_kernel_count()
         if cache is not None:
             with cache.lock(key):  # another process compiling this graph finishes first
                 loaded = self._load_cached(cache, key)
@@ -468,7 +485,7 @@ class _NeuronGraph:
         kernels = getattr(loaded, "_neuron_kernels", 0)
         metrics._record(metrics.GraphRecord(self.name, signature, source, seconds, key, reason, kernels))
         with _memory_lock:
-            _loaded[key] = (loaded, kernels)
+            _loaded[key] = (loaded, kernels, _inductor_kernel_count() - counted_before)
         return loaded
 
     def _load_cached(self, cache: Any, key: str) -> Callable[..., Any] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from neuron_hf._fix import Fix, original_of
-from neuron_hf._hooks import install_finder, register_post_import_hook
+from neuron_runtime._post_import import install_finder, register_post_import_hook
 
 __all__ = ["Fix", "applied_fixes", "install", "original_of", "skipped_fixes", "__version__"]
 __version__ = "0.1.0"

@@ -1,7 +1,8 @@
 """Post-import hooks: run a function on a module right after it has been executed.
 
-The glue must not import transformers, accelerate, TRL or PEFT itself (``import torch`` has
-to stay cheap, and a user who never imports them pays nothing). Instead a finder sits first on
+The layers above the runtime patch other libraries (neuron-hf: transformers, accelerate, TRL,
+PEFT; neuron-compile: a Dynamo internal) without importing them: ``import torch`` has to stay
+cheap, and a user who never imports them pays nothing. Instead a finder sits first on
 ``sys.meta_path``; when one of the watched modules is imported it wraps that module's loader,
 and the hook runs once the module body has executed, before the importer sees the module.
 Modules that bind a patched name later (``from .utils import create_model_from_path``) then
