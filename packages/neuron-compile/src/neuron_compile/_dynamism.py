@@ -8,6 +8,9 @@ after its first change, rather than a new Dynamo trace for every value. The back
 an int that only feeds computations as a run-time argument of one executable, and specialises
 an int that sizes a tensor (one executable per value, like any shape). ``dynamic=False`` still
 specialises ints, as it does on every backend.
+
+The second half reads a graph Dynamo hands over: which inputs are such ints, whether they size
+a tensor, and the bounds Dynamo's guards keep them in; and how they appear in signatures.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch._dynamo
+import torch.fx
 
-__all__ = ["IntsSpecialised", "install"]
+__all__ = ["RUNTIME_INT", "IntsSpecialised", "has_symbolic_tensors", "hint", "install", "is_runtime_int_spec",
+           "runtime_int_positions", "runtime_int_spec", "symint_positions"]
 
 _installed = False
 
@@ -54,3 +60,89 @@ def install() -> None:
         return
     builder._automatic_dynamic = _static(tensor_sizes)
     builder.VariableBuilder.wrap_symfloat = _static(floats)
+
+
+# -- reading the graphs Dynamo hands over ---------------------------------------------------------
+
+
+def _meta_value(node: torch.fx.Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def symint_positions(gm: torch.fx.GraphModule) -> dict[int, Any]:
+    """Placeholder position -> symbol, for the graph's ``SymInt`` inputs (ints Dynamo made dynamic)."""
+    import sympy
+
+    positions = {}
+    for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        value = _meta_value(node)
+        if isinstance(value, torch.SymInt):
+            positions[position] = value.node.expr if isinstance(value.node.expr, sympy.Symbol) else None
+    return positions
+
+
+def _sizing_symbols(gm: torch.fx.GraphModule) -> set[Any]:
+    """Symbols in the sizes or strides of any tensor the graph (or a subgraph) computes.
+
+    Storage offsets do not count: a view at an int's offset (``x[n]``) keeps static shapes.
+    """
+    symbols: set[Any] = set()
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                for item in torch.utils._pytree.tree_leaves(_meta_value(node)):
+                    if isinstance(item, torch.Tensor):
+                        for extent in (*item.shape, *item.stride()):
+                            if isinstance(extent, torch.SymInt):
+                                symbols |= extent.node.expr.free_symbols
+    return symbols
+
+
+def _int_bounds(value: torch.SymInt) -> tuple[int | None, int | None]:
+    """The range Dynamo's guards hold an int to (``x[n]``: ``0 <= n < len``), None where unbounded."""
+    from torch.utils._sympy.numbers import int_oo
+
+    def finite(bound: Any) -> int | None:
+        return None if bound in (int_oo, -int_oo) or not (bound.is_finite and bound.is_integer) else int(bound)
+
+    known = value.node.shape_env.var_to_range.get(value.node.expr)
+    return (None, None) if known is None else (finite(known.lower), finite(known.upper))
+
+
+def runtime_int_positions(gm: torch.fx.GraphModule) -> dict[int, tuple[int | None, int | None]]:
+    """``SymInt`` inputs that size no tensor, with their bounds: compiled as run-time arguments."""
+    symints = symint_positions(gm)
+    if not symints:
+        return {}
+    sizing = _sizing_symbols(gm)
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    return {position: _int_bounds(_meta_value(placeholders[position]))
+            for position, symbol in symints.items() if symbol is not None and symbol not in sizing}
+
+
+def has_symbolic_tensors(gm: torch.fx.GraphModule) -> bool:
+    """Whether a tensor input has symbolic sizes (``dynamic=True``, or ``mark_dynamic``)."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    return any(isinstance(value := _meta_value(node), torch.Tensor) and free_symbols(value)
+               for node in gm.graph.find_nodes(op="placeholder"))
+
+
+def hint(value: Any) -> Any:
+    """The example value of a ``SymInt`` Dynamo passes at compile time (read without guarding on it)."""
+    if isinstance(value, torch.SymInt) and value.node.hint is not None:
+        return int(value.node.hint)
+    return value
+
+
+# The signature entry of an int passed to the executable at run time (any value in its bounds).
+RUNTIME_INT = "SymInt"
+
+
+def runtime_int_spec(bounds: tuple[int | None, int | None]) -> str:
+    lower, upper = bounds
+    return f"{RUNTIME_INT}[{'' if lower is None else lower}:{'' if upper is None else upper}]"
+
+
+def is_runtime_int_spec(spec: Any) -> bool:
+    return isinstance(spec, str) and spec.startswith(RUNTIME_INT + "[")

@@ -34,7 +34,16 @@ import torch._dynamo
 import torch.fx
 
 from neuron_compile import _diagnostics, _dynamism, metrics
-from neuron_compile._dynamism import IntsSpecialised
+from neuron_compile._dynamism import (
+    RUNTIME_INT,
+    IntsSpecialised,
+    has_symbolic_tensors,
+    hint,
+    is_runtime_int_spec,
+    runtime_int_positions,
+    runtime_int_spec,
+    symint_positions,
+)
 from neuron_compile._graph_attributes import LIFTED_PREFIX, lift_tensor_attributes
 from neuron_compile._sequence_inputs import flatten_sequence_inputs
 from neuron_compile.executable import NeuronExecutable
@@ -74,6 +83,8 @@ def _count_inductor_kernels(count: int) -> None:
     inductor_metrics = sys.modules.get("torch._inductor.metrics")
     if inductor_metrics is not None and count:
         inductor_metrics.generated_kernel_count += count
+
+
 _warned_dynamic = False
 
 
@@ -88,88 +99,6 @@ def _function_name() -> tuple[str, str]:
     frame = str(compile_id.frame_id) if compile_id is not None else name
     suffix = f"[{compile_id}]" if compile_id is not None else ""
     return f"{name}{suffix}", f"{name}:{frame}"
-
-
-def _meta_value(node: torch.fx.Node) -> Any:
-    return node.meta.get("example_value", node.meta.get("val"))
-
-
-def _symint_positions(gm: torch.fx.GraphModule) -> dict[int, Any]:
-    """Placeholder position -> symbol, for the graph's ``SymInt`` inputs (ints Dynamo made dynamic)."""
-    import sympy
-
-    positions = {}
-    for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
-        value = _meta_value(node)
-        if isinstance(value, torch.SymInt):
-            positions[position] = value.node.expr if isinstance(value.node.expr, sympy.Symbol) else None
-    return positions
-
-
-def _sizing_symbols(gm: torch.fx.GraphModule) -> set[Any]:
-    """Symbols in the sizes or strides of any tensor the graph (or a subgraph) computes.
-
-    Storage offsets do not count: a view at an int's offset (``x[n]``) keeps static shapes.
-    """
-    symbols: set[Any] = set()
-    for module in gm.modules():
-        if isinstance(module, torch.fx.GraphModule):
-            for node in module.graph.nodes:
-                for item in torch.utils._pytree.tree_leaves(_meta_value(node)):
-                    if isinstance(item, torch.Tensor):
-                        for extent in (*item.shape, *item.stride()):
-                            if isinstance(extent, torch.SymInt):
-                                symbols |= extent.node.expr.free_symbols
-    return symbols
-
-
-def _int_bounds(value: torch.SymInt) -> tuple[int | None, int | None]:
-    """The range Dynamo's guards hold an int to (``x[n]``: ``0 <= n < len``), None where unbounded."""
-    from torch.utils._sympy.numbers import int_oo
-
-    def finite(bound: Any) -> int | None:
-        return None if bound in (int_oo, -int_oo) or not (bound.is_finite and bound.is_integer) else int(bound)
-
-    known = value.node.shape_env.var_to_range.get(value.node.expr)
-    return (None, None) if known is None else (finite(known.lower), finite(known.upper))
-
-
-def _runtime_int_positions(gm: torch.fx.GraphModule) -> dict[int, tuple[int | None, int | None]]:
-    """``SymInt`` inputs that size no tensor, with their bounds: compiled as run-time arguments."""
-    symints = _symint_positions(gm)
-    if not symints:
-        return {}
-    sizing = _sizing_symbols(gm)
-    placeholders = list(gm.graph.find_nodes(op="placeholder"))
-    return {position: _int_bounds(_meta_value(placeholders[position]))
-            for position, symbol in symints.items() if symbol is not None and symbol not in sizing}
-
-
-def _has_symbolic_tensors(gm: torch.fx.GraphModule) -> bool:
-    from torch.fx.experimental.symbolic_shapes import free_symbols
-
-    return any(isinstance(value := _meta_value(node), torch.Tensor) and free_symbols(value)
-               for node in gm.graph.find_nodes(op="placeholder"))
-
-
-def _hint(value: Any) -> Any:
-    """The example value of a ``SymInt`` Dynamo passes at compile time (read without guarding on it)."""
-    if isinstance(value, torch.SymInt) and value.node.hint is not None:
-        return int(value.node.hint)
-    return value
-
-
-# The signature entry of an int passed to the executable at run time (any value in its bounds).
-_RUNTIME_INT = "SymInt"
-
-
-def _runtime_int_spec(bounds: tuple[int | None, int | None]) -> str:
-    lower, upper = bounds
-    return f"{_RUNTIME_INT}[{'' if lower is None else lower}:{'' if upper is None else upper}]"
-
-
-def _is_runtime_int_spec(spec: Any) -> bool:
-    return isinstance(spec, str) and spec.startswith(_RUNTIME_INT + "[")
 
 
 def _input_spec(value: Any) -> Any:
@@ -200,9 +129,9 @@ def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
 
     shown, state = [], 0
     for name, spec in zip(placeholders, specs):
-        if _is_runtime_int_spec(spec) or (type(spec) is int and not _is_module_state(name)
+        if is_runtime_int_spec(spec) or (type(spec) is int and not _is_module_state(name)
                                     and not _SIZE_SYMBOL.match(name)):  # sizes show as tensors' shapes
-            shown.append(f"{readable_input_name(name)}={'int' if _is_runtime_int_spec(spec) else spec}")
+            shown.append(f"{readable_input_name(name)}={'int' if is_runtime_int_spec(spec) else spec}")
             continue
         if not isinstance(spec, list):
             continue
@@ -362,11 +291,11 @@ class _NeuronGraph:
         # list inputs (compiled autograd's saved tensors) by their lengths: a flat graph each
         self.flattened: dict[tuple[int, ...], tuple[_NeuronGraph, Callable[..., list[Any]]]] = {}
         self.host_outputs = _host_output_positions(self.gm)
-        self.symbolic_tensors = _has_symbolic_tensors(self.gm)
-        self.symints = frozenset(_symint_positions(self.gm))
+        self.symbolic_tensors = has_symbolic_tensors(self.gm)
+        self.symints = frozenset(symint_positions(self.gm))
         # ints that only feed computations, with the bounds Dynamo guards: one executable takes
         # any value in them (cleared if the lowering had to specialise them after all)
-        self.runtime_ints = _runtime_int_positions(self.gm)
+        self.runtime_ints = runtime_int_positions(self.gm)
         self._text: str | None = None
         self._by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
@@ -378,13 +307,13 @@ class _NeuronGraph:
     def compiled(self, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         """What Dynamo (or AOTAutograd) calls: one executable, or this graph choosing per call."""
         if not self.dispatches_per_call:
-            executable = self.executable_for([_hint(value) for value in example_inputs])
+            executable = self.executable_for([hint(value) for value in example_inputs])
             if not self.dispatches_per_call:  # the lowering kept the run-time ints symbolic
                 return executable
         return self
 
     def _specs(self, inputs: Sequence[Any]) -> list[Any]:
-        return [_runtime_int_spec(self.runtime_ints[position]) if position in self.runtime_ints else _input_spec(value)
+        return [runtime_int_spec(self.runtime_ints[position]) if position in self.runtime_ints else _input_spec(value)
                 for position, value in enumerate(inputs)]
 
     def _call_signature(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -395,7 +324,7 @@ class _NeuronGraph:
             if isinstance(value, torch.Tensor):
                 items.append((value.shape, value.stride(), value.dtype, value.device.type, value.requires_grad))
             elif position in self.runtime_ints:
-                items.append(_RUNTIME_INT)
+                items.append(RUNTIME_INT)
             elif isinstance(value, (bool, int, float, str, type(None))):
                 items.append((type(value), value))  # the type too: True and 1 are equal keys
             else:
