@@ -33,7 +33,7 @@ import torch
 import torch._dynamo
 import torch.fx
 
-from neuron_compile import _diagnostics, _dynamism, metrics
+from neuron_compile import _compiled_optimizers, _diagnostics, _dynamism, metrics
 from neuron_compile._dynamism import (
     RUNTIME_INT,
     IntsSpecialised,
@@ -61,6 +61,8 @@ if torch._dynamo.config.recompile_limit < _MIN_RECOMPILE_LIMIT:
 # would then be compiled again for shapes it had already seen; changing Python ints become
 # run-time arguments (neuron_compile._dynamism). Process-wide: Dynamo has no per-backend setting.
 _dynamism.install()
+# Normally armed at `import torch`; again here for processes with torch's autoload turned off.
+_compiled_optimizers.install()
 
 
 class NeuronCompileError(RuntimeError):
