@@ -54,6 +54,19 @@ def test_probes_and_lazy_glue_in_a_fresh_process():
     assert "accelerate.get_max_memory" in result["applied"] and result["skipped"] == {}
 
 
+# -- arming ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first", ["neuron_hf.coverage", "neuron_hf", "neuron_hf.fixes.transformers"])
+def test_importing_the_glue_before_torch_arms_it_without_a_circular_import(first):
+    # importing the glue imports torch, whose autoload entry point calls neuron_hf.install()
+    code = (f"import {first}, torch, transformers.modeling_utils, neuron_hf\n"
+            "assert 'transformers.PreTrainedModel.default_compile_config' in neuron_hf.applied_fixes()\n"
+            "print('armed')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "armed" in result.stdout, result.stderr[-2000:]
+
+
 # -- accelerate: get_max_memory ----------------------------------------------------------------
 
 

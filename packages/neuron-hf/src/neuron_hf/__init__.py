@@ -10,9 +10,9 @@ neuron and defer to the library otherwise.
 from __future__ import annotations
 
 import logging
+import sys
 
 from neuron_hf._fix import Fix, original_of
-from neuron_runtime._post_import import install_finder, register_post_import_hook
 
 __all__ = ["Fix", "applied_fixes", "install", "original_of", "skipped_fixes", "__version__"]
 __version__ = "0.1.0"
@@ -25,6 +25,8 @@ _skipped: dict[str, str] = {}
 
 
 def _apply(fix: Fix) -> None:
+    from neuron_runtime._post_import import register_post_import_hook
+
     def hook(module: object) -> None:
         if not fix.version_matches():
             _skipped[fix.name] = f"{fix.distribution} is not {fix.versions}"
@@ -41,10 +43,19 @@ def install() -> None:
     global _installed
     if _installed:
         return
+    # Imported here, not at the top: importing neuron_runtime imports torch, whose autoload
+    # calls install(), and ``import neuron_hf.x`` before ``import torch`` must not be circular.
+    from neuron_runtime._post_import import install_finder, register_post_import_hook
+
+    install_finder()
+    fixes = sys.modules.get("neuron_hf.fixes")
+    if fixes is not None and getattr(fixes.__spec__, "_initializing", False):
+        # torch's autoload ran while a fix module imported torch: arm once the fixes exist
+        register_post_import_hook("neuron_hf.fixes", lambda _module: install())
+        return
     _installed = True
     from neuron_hf.fixes import ALL_FIXES
 
-    install_finder()
     for fix in ALL_FIXES:
         _apply(fix)
 
