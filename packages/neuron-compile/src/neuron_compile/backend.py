@@ -122,6 +122,11 @@ _SHOWN_INPUTS = 12
 _SIZE_SYMBOL = re.compile(r"s\d+$")  # Dynamo's placeholders for symbolic tensor sizes (dynamic=True)
 
 
+def _is_int_argument(name: str, spec: Any) -> bool:
+    """A specialised int the caller passed (not module state, not a tensor's symbolic size)."""
+    return type(spec) is int and not _is_module_state(name) and not _SIZE_SYMBOL.match(name)
+
+
 def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
     """``input_ids=4x128 labels=4x128 (+22 parameters)``: the inputs a reader recognises.
 
@@ -131,8 +136,7 @@ def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
 
     shown, state = [], 0
     for name, spec in zip(placeholders, specs):
-        if is_runtime_int_spec(spec) or (type(spec) is int and not _is_module_state(name)
-                                    and not _SIZE_SYMBOL.match(name)):  # sizes show as tensors' shapes
+        if is_runtime_int_spec(spec) or _is_int_argument(name, spec):  # sizes show as tensors' shapes
             shown.append(f"{readable_input_name(name)}={'int' if is_runtime_int_spec(spec) else spec}")
             continue
         if not isinstance(spec, list):
@@ -370,7 +374,7 @@ class _NeuronGraph:
             shapes = {name: tuple(spec[0]) for name, spec in zip(self.placeholders, specs)
                       if isinstance(spec, list) and not _is_module_state(name)}
             ints = {name: spec for name, spec in zip(self.placeholders, specs)
-                    if type(spec) is int and not _SIZE_SYMBOL.match(name)}
+                    if _is_int_argument(name, spec)}
             _diagnostics.note_graph(self.function, shapes, self.options.graph_warning_threshold, ints)
         self._by_signature[seen] = executable
         return executable
