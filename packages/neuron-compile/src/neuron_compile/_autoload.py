@@ -2,7 +2,8 @@
 
 Only routes the default ``torch.compile`` backend's neuron graphs to the neuron compiler (see
 :mod:`neuron_compile._default_backend`) and arms Dynamo's optimizer handling for neuron
-parameters (:mod:`neuron_compile._compiled_optimizers`); the compiler itself is imported on
+parameters (:mod:`neuron_compile._compiled_optimizers`), and makes AOTInductor refuse neuron
+programs with a clear error (:mod:`neuron_compile._aoti`); the compiler itself is imported on
 first use.
 """
 
@@ -14,7 +15,8 @@ def autoload() -> None:
     from neuron_runtime._autoload import autoload as register_device
 
     register_device()
-    from neuron_compile import _compiled_optimizers, _default_backend
+    from neuron_compile import _aoti, _compiled_optimizers, _default_backend
 
     _default_backend.install()
     _compiled_optimizers.install()
+    _aoti.install()

@@ -1,16 +1,19 @@
-"""What Dynamo may turn symbolic for the neuron backend: Python ints, never tensor sizes.
+"""What Dynamo may turn symbolic for the neuron backend: Python ints and floats, never tensor sizes.
 
 Trainium graphs have static shapes, so a new tensor shape is a new graph: loading the backend
-keeps Dynamo's automatic dynamic shapes from making tensor sizes (and floats) symbolic. Python
-ints keep torch.compile's default instead. An int that changes between calls (a step counter,
-the length a sliding-window KV cache keeps in a Python int) becomes a ``SymInt`` graph input
-after its first change, rather than a new Dynamo trace for every value. The backend compiles
-an int that only feeds computations as a run-time argument of one executable, and specialises
-an int that sizes a tensor (one executable per value, like any shape). ``dynamic=False`` still
-specialises ints, as it does on every backend.
+keeps Dynamo's automatic dynamic shapes from making tensor sizes symbolic. Python ints and
+floats keep torch.compile's default instead. An int that changes between calls (a step
+counter, the length a sliding-window KV cache keeps in a Python int) becomes a ``SymInt``
+graph input after its first change, rather than a new Dynamo trace for every value. The
+backend compiles an int that only feeds computations as a run-time argument of one executable,
+and specialises an int that sizes a tensor (one executable per value, like any shape). A float
+that changes (a learning rate a scheduler moves, a loss scale, a sampling temperature) becomes
+a 0-d float64 host tensor input after its first change, as on every backend: one executable
+takes any value. ``dynamic=False`` still specialises both, as it does on every backend.
 
-The second half reads a graph Dynamo hands over: which inputs are such ints, whether they size
-a tensor, and the bounds Dynamo's guards keep them in; and how they appear in signatures.
+The second half reads a graph Dynamo hands over: which inputs are such ints or floats, whether
+the ints size a tensor, and the bounds Dynamo's guards keep them in; and how they appear in
+signatures.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import torch._dynamo
 import torch.fx
 
 __all__ = ["RUNTIME_INT", "IntsSpecialised", "has_symbolic_tensors", "hint", "install", "is_runtime_int_spec",
-           "runtime_int_positions", "runtime_int_spec", "symint_positions"]
+           "runtime_float_positions", "runtime_int_positions", "runtime_int_spec", "symint_positions"]
 
 _installed = False
 
@@ -54,12 +57,10 @@ def install() -> None:
         from torch._dynamo.variables import builder
 
         tensor_sizes = builder._automatic_dynamic
-        floats = builder.VariableBuilder.wrap_symfloat
     except (ImportError, AttributeError):  # another torch: everything static, ints included
         torch._dynamo.config.automatic_dynamic_shapes = False
         return
     builder._automatic_dynamic = _static(tensor_sizes)
-    builder.VariableBuilder.wrap_symfloat = _static(floats)
 
 
 # -- reading the graphs Dynamo hands over ---------------------------------------------------------
@@ -118,6 +119,16 @@ def runtime_int_positions(gm: torch.fx.GraphModule) -> dict[int, tuple[int | Non
     placeholders = list(gm.graph.find_nodes(op="placeholder"))
     return {position: _int_bounds(_meta_value(placeholders[position]))
             for position, symbol in symints.items() if symbol is not None and symbol not in sizing}
+
+
+def runtime_float_positions(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """Inputs that are Python floats Dynamo passes as 0-d float64 host tensors (any value)."""
+    positions = set()
+    for position, node in enumerate(gm.graph.find_nodes(op="placeholder")):
+        argument = node.meta.get("grapharg")
+        if argument is not None and getattr(argument, "pass_arg_as_tensor", False) and not argument.is_tensor:
+            positions.add(position)
+    return frozenset(positions)
 
 
 def has_symbolic_tensors(gm: torch.fx.GraphModule) -> bool:

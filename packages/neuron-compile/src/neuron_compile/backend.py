@@ -33,13 +33,14 @@ import torch
 import torch._dynamo
 import torch.fx
 
-from neuron_compile import _compiled_optimizers, _diagnostics, _dynamism, metrics
+from neuron_compile import _aoti, _compiled_optimizers, _diagnostics, _dynamism, metrics
 from neuron_compile._dynamism import (
     RUNTIME_INT,
     IntsSpecialised,
     has_symbolic_tensors,
     hint,
     is_runtime_int_spec,
+    runtime_float_positions,
     runtime_int_positions,
     runtime_int_spec,
     symint_positions,
@@ -58,11 +59,12 @@ _MIN_RECOMPILE_LIMIT = 64
 if torch._dynamo.config.recompile_limit < _MIN_RECOMPILE_LIMIT:
     torch._dynamo.config.recompile_limit = _MIN_RECOMPILE_LIMIT
 # Static shapes: a new tensor shape is a recompile for that shape, never a symbolic graph that
-# would then be compiled again for shapes it had already seen; changing Python ints become
+# would then be compiled again for shapes it had already seen; changing Python ints and floats become
 # run-time arguments (neuron_compile._dynamism). Process-wide: Dynamo has no per-backend setting.
 _dynamism.install()
 # Normally armed at `import torch`; again here for processes with torch's autoload turned off.
 _compiled_optimizers.install()
+_aoti.install()  # for processes with torch's backend autoload off, as above
 
 
 class NeuronCompileError(RuntimeError):
@@ -127,15 +129,19 @@ def _is_int_argument(name: str, spec: Any) -> bool:
     return type(spec) is int and not _is_module_state(name) and not _SIZE_SYMBOL.match(name)
 
 
-def _signature_text(placeholders: Sequence[str], specs: Sequence[Any]) -> str:
+def _signature_text(placeholders: Sequence[str], specs: Sequence[Any], floats: frozenset[int] = frozenset()) -> str:
     """``input_ids=4x128 labels=4x128 (+22 parameters)``: the inputs a reader recognises.
 
-    Ints show their value, or ``int`` when the executable takes any value at run time.
+    Ints show their value, or ``int`` when the executable takes any value at run time; the
+    ``floats`` positions (Python floats passed at run time) show as ``float``.
     """
     from neuron_compile._diagnostics import readable_input_name
 
     shown, state = [], 0
-    for name, spec in zip(placeholders, specs):
+    for position, (name, spec) in enumerate(zip(placeholders, specs)):
+        if position in floats:
+            shown.append(f"{readable_input_name(name)}=float")
+            continue
         if is_runtime_int_spec(spec) or _is_int_argument(name, spec):  # sizes show as tensors' shapes
             shown.append(f"{readable_input_name(name)}={'int' if is_runtime_int_spec(spec) else spec}")
             continue
@@ -302,6 +308,7 @@ class _NeuronGraph:
         # ints that only feed computations, with the bounds Dynamo guards: one executable takes
         # any value in them (cleared if the lowering had to specialise them after all)
         self.runtime_ints = runtime_int_positions(self.gm)
+        self.runtime_floats = runtime_float_positions(self.gm)  # passed as 0-d host tensors
         self._text: str | None = None
         self._by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
@@ -395,7 +402,7 @@ class _NeuronGraph:
         return self.executable_for(args)(*args)
 
     def _obtain(self, key: str, inputs: Sequence[Any], specs: list[Any]) -> Callable[..., Any]:
-        signature = _signature_text(self.placeholders, specs)
+        signature = _signature_text(self.placeholders, specs, self.runtime_floats)
         with _memory_lock:
             known = _loaded.get(key)
         if known is not None:
