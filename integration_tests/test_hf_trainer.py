@@ -93,3 +93,19 @@ def test_canary_without_the_neuron_rng_state_the_resumed_curve_differs(tmp_path,
     monkeypatch.setattr(Trainer, "_load_rng_state", neuron_hf.original_of(Trainer._load_rng_state))
     full, resumed, _, _ = _resume_curve(tmp_path, "upstream")
     assert [resumed[s] for s in (3, 4, 5, 6)] != [full[s] for s in (3, 4, 5, 6)]
+
+
+def test_memory_metrics_report_the_cores_allocator(tmp_path):
+    """skip_memory_metrics=False: the device figures come from torch.neuron, as CUDA's from torch.cuda."""
+    trainer = _trainer(str(tmp_path / "mem"), bf16=False, max_steps=2, eval_strategy="no", save_strategy="no",
+                       skip_memory_metrics=False, optim="adamw_torch")
+    parameter_bytes = sum(p.numel() * p.element_size() for p in trainer.model.parameters())
+    metrics = trainer.train().metrics
+    # the model moved to the core during __init__; AdamW's two moments appear during training
+    assert metrics["init_mem_gpu_alloc_delta"] >= parameter_bytes
+    assert metrics["train_mem_gpu_alloc_delta"] >= 2 * parameter_bytes
+    assert metrics["train_mem_gpu_peaked_delta"] > 0  # activations and gradients, freed by the end
+    evaluation = trainer.evaluate(trainer.eval_dataset)
+    assert evaluation["eval_mem_gpu_peaked_delta"] > 0
+    assert {"init_mem_cpu_alloc_delta", "train_mem_cpu_alloc_delta", "eval_mem_cpu_alloc_delta"} <= {
+        *metrics, *evaluation}

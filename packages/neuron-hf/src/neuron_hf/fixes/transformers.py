@@ -1,9 +1,11 @@
-"""transformers 5.23 on neuron: generate()'s compile settings, the Trainer's RNG checkpoint, continuous
-batching's memory budget, and the device tables of its test utilities."""
+"""transformers 5.23 on neuron: generate()'s compile settings, the Trainer's RNG checkpoint and memory
+metrics, continuous batching's memory budget, and the device tables of its test utilities."""
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -77,6 +79,97 @@ def _patch_trainer_rng(module: ModuleType) -> None:
     # uninterrupted run. The neuron state is added to the same file under "neuron".
     replace_function(module.Trainer, "_save_rng_state", _make_save)
     replace_function(module.Trainer, "_load_rng_state", _make_load)
+
+
+def _caller_stage(tracker: Any) -> str:
+    """The stage of the Trainer method that called the tracker's method (upstream's derive_stage,
+    one frame further out: it reads its caller's caller, which a wrapper would displace)."""
+    caller = sys._getframe(2).f_code.co_name
+    if caller not in tracker.stages:
+        raise ValueError(f"was called from {caller}, but only expect to be called from one of {tracker.stages.keys()}")
+    return tracker.stages[caller]
+
+
+def _tracks_neuron(tracker: Any) -> bool:
+    return getattr(tracker, "_neuron_memory", False) and not tracker.skip_memory_metrics
+
+
+def _make_tracker_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    def __init__(self: Any, skip_memory_metrics: bool = False) -> None:
+        original(self, skip_memory_metrics)
+        # the host-side figures come from upstream's CPU path (self.torch None); neuron's are added
+        self._neuron_memory = not self.skip_memory_metrics and self.torch is None and on_neuron()
+        if self._neuron_memory:
+            self.gpu = {}
+
+    return __init__
+
+
+def _make_tracker_start(original: Callable[..., Any]) -> Callable[..., Any]:
+    def start(self: Any) -> None:
+        if not _tracks_neuron(self):
+            if not self.skip_memory_metrics:
+                stage = _caller_stage(self)
+                self.derive_stage = lambda: stage
+                try:
+                    return original(self)
+                finally:
+                    del self.derive_stage
+            return original(self)
+        stage = _caller_stage(self)
+        if self.cur_stage is not None and self.cur_stage != stage:
+            return  # nested evaluation during training, ignored as upstream does
+        gc.collect()
+        torch.neuron.reset_peak_memory_stats()
+        torch.neuron.empty_cache()
+        self.gpu_mem_used_at_start = torch.neuron.memory_allocated()
+        self.derive_stage = lambda: stage
+        try:
+            original(self)
+        finally:
+            del self.derive_stage
+
+    return start
+
+
+def _make_tracker_stop(original: Callable[..., Any]) -> Callable[..., Any]:
+    def stop(self: Any, stage: str) -> None:
+        if not _tracks_neuron(self) or self.cur_stage is None or self.cur_stage != stage:
+            return original(self, stage)
+        current = self.cur_stage
+        original(self, stage)  # host memory; collects garbage first
+        torch.neuron.empty_cache()
+        now, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
+        self.gpu[current] = {"begin": self.gpu_mem_used_at_start, "end": now,
+                             "alloc": now - self.gpu_mem_used_at_start, "peaked": max(0, peak - now)}
+
+    return stop
+
+
+def _make_tracker_update(original: Callable[..., Any]) -> Callable[..., Any]:
+    def update_metrics(self: Any, stage: str, metrics: dict[str, Any]) -> None:
+        if not _tracks_neuron(self):
+            return original(self, stage, metrics)
+        self.torch = torch  # upstream reports self.gpu's figures when self.torch is set
+        try:
+            original(self, stage, metrics)
+        finally:
+            self.torch = None
+
+    return update_metrics
+
+
+def _patch_memory_tracker(module: ModuleType) -> None:
+    # Upstream: TrainerMemoryTracker measures device memory for cuda, mlu, musa, xpu, npu, hpu
+    # and mps only, so on neuron the Trainer's metrics have no *_mem_gpu_* entries (the device's
+    # allocator is never read). On neuron they now come from torch.neuron's allocator
+    # statistics, as upstream's CUDA branch reads torch.cuda's. Its stage detection reads the
+    # caller's frame, which these wrappers displace by one: they pass the stage in.
+    tracker = module.TrainerMemoryTracker
+    replace_function(tracker, "__init__", _make_tracker_init)
+    replace_function(tracker, "start", _make_tracker_start)
+    replace_function(tracker, "stop", _make_tracker_stop)
+    replace_function(tracker, "update_metrics", _make_tracker_update)
 
 
 def _make_memory_breakdown(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -164,6 +257,14 @@ FIXES = [
         versions="~=5.23.0",
         corrects="the Trainer's checkpoints do not save or restore the neuron RNG",
         apply=_patch_trainer_rng,
+    ),
+    Fix(
+        name="transformers.TrainerMemoryTracker.neuron",
+        module="transformers.trainer_utils",
+        distribution="transformers",
+        versions="~=5.23.0",
+        corrects="the Trainer's memory metrics have no device (*_mem_gpu_*) figures on neuron",
+        apply=_patch_memory_tracker,
     ),
     Fix(
         name="transformers.continuous_batching.memory_breakdown",
