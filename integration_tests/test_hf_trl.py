@@ -26,11 +26,11 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
     return save_tiny_llama(tmp_path_factory.mktemp("sft_llama"), seed=5)
 
 
-def _run(checkpoint: str, output_dir: str, use_cpu: bool) -> tuple[SFTTrainer, list[dict[str, torch.Tensor]]]:
+def _run(checkpoint: str, output_dir: str, use_cpu: bool, **overrides) -> tuple[SFTTrainer, list[dict[str, torch.Tensor]]]:
     AcceleratorState._reset_state(reset_partial_state=True)
     args = SFTConfig(
         output_dir=output_dir, use_cpu=use_cpu, per_device_train_batch_size=4, max_steps=4, learning_rate=3e-3,
-        logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True, seed=11, max_length=64,
+        logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True, seed=11, max_length=64, **overrides,
     )
     data = Dataset.from_dict({"text": list(SENTENCES) * 2})
     trainer = SFTTrainer(model=checkpoint, args=args, train_dataset=data, processing_class=tiny_tokenizer())
@@ -68,3 +68,17 @@ def test_sft_single_core_pads_to_128_and_matches_cpu(checkpoint, tmp_path):
     cpu_losses = [e["loss"] for e in cpu.state.log_history if "loss" in e]
     assert len(losses) == 4
     torch.testing.assert_close(losses, cpu_losses, rtol=2e-2, atol=2e-2)
+
+
+def test_sft_with_torch_compile_and_trls_default_gradient_checkpointing(checkpoint, tmp_path, monkeypatch):
+    """TRL turns gradient checkpointing on by default; compiled, the recomputed attention runs
+    under torch's RNG-functionalisation operators, which had no neuron kernel."""
+    monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND", raising=False)  # torch_compile=True exports it
+    compiled, _ = _run(checkpoint, str(tmp_path / "compiled"), use_cpu=False, torch_compile=True, bf16=False)
+    torch._dynamo.reset()
+    assert compiled.args.gradient_checkpointing and compiled.args.torch_compile_backend == "neuron"
+    eager, _ = _run(checkpoint, str(tmp_path / "eager"), use_cpu=False, bf16=False)
+    losses = [e["loss"] for e in compiled.state.log_history if "loss" in e]
+    eager_losses = [e["loss"] for e in eager.state.log_history if "loss" in e]
+    assert len(losses) == 4
+    torch.testing.assert_close(losses, eager_losses, rtol=1e-4, atol=1e-5)

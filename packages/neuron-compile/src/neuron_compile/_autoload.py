@@ -3,8 +3,9 @@
 Only routes the default ``torch.compile`` backend's neuron graphs to the neuron compiler (see
 :mod:`neuron_compile._default_backend`) and arms Dynamo's optimizer handling for neuron
 parameters (:mod:`neuron_compile._compiled_optimizers`), and makes AOTInductor refuse neuron
-programs with a clear error (:mod:`neuron_compile._aoti`); the compiler itself is imported on
-first use.
+programs with a clear error (:mod:`neuron_compile._aoti`) and torch's RNG-functionalisation
+operators take neuron tensors (:mod:`neuron_compile._rng_functionalization`); the compiler itself
+is imported on first use.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ def autoload() -> None:
     from neuron_runtime._autoload import autoload as register_device
 
     register_device()
-    from neuron_compile import _aoti, _compiled_optimizers, _default_backend
+    from neuron_compile import _aoti, _compiled_optimizers, _default_backend, _rng_functionalization
 
     _default_backend.install()
     _compiled_optimizers.install()
     _aoti.install()
+    _rng_functionalization.install()

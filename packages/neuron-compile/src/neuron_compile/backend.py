@@ -33,7 +33,7 @@ import torch
 import torch._dynamo
 import torch.fx
 
-from neuron_compile import _aoti, _compiled_optimizers, _diagnostics, _dynamism, metrics
+from neuron_compile import _aoti, _compiled_optimizers, _diagnostics, _dynamism, _rng_functionalization, metrics
 from neuron_compile._dynamism import (
     RUNTIME_INT,
     IntsSpecialised,
@@ -65,6 +65,7 @@ _dynamism.install()
 # Normally armed at `import torch`; again here for processes with torch's autoload turned off.
 _compiled_optimizers.install()
 _aoti.install()  # for processes with torch's backend autoload off, as above
+_rng_functionalization.install()
 
 
 class NeuronCompileError(RuntimeError):
