@@ -419,3 +419,23 @@ def test_dispatch_with_disk_offload_keeps_tied_weights_apart(tmp_path):
         dispatched = dispatch_model(model, device_map, offload_dir=str(tmp_path / str(attempt)))
         got = dispatched.generate(ids.to("neuron"), max_new_tokens=10, do_sample=False)
         assert torch.equal(got.cpu(), expected)
+
+
+def test_the_cache_budget_never_exceeds_the_ram_the_host_has_left():
+    """Emulated HBM is host RAM: a core larger than the machine must not size the paged cache."""
+    code = textwrap.dedent(
+        """
+        import torch
+        from neuron_runtime import _C
+        from transformers.generation.continuous_batching import cache
+
+        device, total, _, used = cache.get_device_and_memory_breakdown()
+        print(device.type, total < torch.neuron.mem_get_info()[1],
+              total - used <= _C._host_available_bytes() + (64 << 20))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_")}
+    env["NEURON_EMU_HBM_GIB"] = "100000"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "neuron True True"

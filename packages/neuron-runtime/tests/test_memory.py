@@ -94,6 +94,27 @@ def test_oom_after_filling_the_core_then_freeing(python_in_subprocess):
     assert "OOM True" in result.stdout and "OK True" in result.stdout
 
 
+def test_a_segment_larger_than_the_hosts_free_ram_is_an_oom_not_a_killed_process(python_in_subprocess):
+    """Emulated HBM is host RAM: a core configured larger than the machine must not hand out
+    memory the host cannot back (the kernel would kill the process once it is written)."""
+    result = python_in_subprocess(
+        """
+        import torch
+        available = int(open("/proc/meminfo").read().split("MemAvailable:")[1].split()[0]) * 1024
+        try:
+            torch.empty(available + (256 << 20), dtype=torch.uint8, device="neuron")
+            print("ALLOCATED")
+        except torch.OutOfMemoryError as e:
+            print("OOM", "of RAM left" in str(e) and "NEURON_EMU_HBM_GIB" in str(e))
+        x = torch.ones(1 << 20, device="neuron")  # the allocator still works
+        print("OK", x.sum().item() == float(1 << 20), torch.neuron.memory_stats()["num_ooms"])
+        """,
+        env={"NEURON_EMU_HBM_GIB": "100000"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OOM True" in result.stdout and "OK True 1" in result.stdout, result.stdout
+
+
 def test_pin_memory_and_non_blocking_copy():
     x = torch.randn(16).pin_memory()
     assert x.is_pinned()

@@ -4,6 +4,7 @@
 #include "aten/OpAccounting.h"
 #include "aten/TensorBasics.h"
 #include "driver/DeviceState.h"
+#include "driver/HostMemory.h"
 #include "driver/RuntimeConfig.h"
 #include "runtime/NeuronCachingAllocator.h"
 #include "runtime/NeuronGenerator.h"
@@ -180,6 +181,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_host_memory_stats", &hostMemoryStats);
   m.def("_reset_host_peak_stats", []() { hostAllocator().reset_peak_stats(); });
   m.def("_reset_host_accumulated_stats", []() { hostAllocator().reset_accumulated_stats(); });
+  // RAM the host can still back emulated HBM with (see HostMemory.h); emulator-only.
+  m.def("_host_available_bytes", []() { return static_cast<uint64_t>(hostAvailableBytes()); });
   m.def("_mem_get_info", [](int device) { return cachingAllocator().getMemoryInfo(static_cast<c10::DeviceIndex>(device)); });
 
   m.def("_default_generator", [](int device) { return defaultGeneratorObject(static_cast<c10::DeviceIndex>(device)); });

@@ -8,6 +8,7 @@
 #include "runtime/NeuronCachingAllocator.h"
 
 #include "driver/DeviceState.h"
+#include "driver/HostMemory.h"
 #include "driver/RuntimeConfig.h"
 
 #include <c10/core/Allocator.h>
@@ -31,6 +32,8 @@ constexpr size_t kSmallLimit = 1 << 20;    // requests up to 1 MiB come from the
 constexpr size_t kSmallRound = 512;
 constexpr size_t kLargeRound = 2 << 20;
 constexpr size_t kAlignment = 256;
+// Segments from this size up are checked against the RAM the host has left (see HostMemory.h).
+constexpr size_t kHostCheckBytes = size_t{256} << 20;
 
 struct Block {
   c10::DeviceIndex device;
@@ -56,6 +59,20 @@ std::string formatBytes(size_t bytes) {
   else if (b >= (1ull << 10)) out << b / (1ull << 10) << " KiB";
   else out << bytes << " bytes";
   return out.str();
+}
+
+// Why the host, not the emulated core, refused: emulated HBM is host RAM.
+std::string hostNote(size_t host_available) {
+  std::ostringstream note;
+  note << " (The host could not provide the memory: the machine running the emulator";
+  if (host_available != SIZE_MAX) {
+    note << " has " << formatBytes(host_available) << " of RAM left";
+  } else {
+    note << " is out of RAM";
+  }
+  note << ", and emulated HBM is host RAM. Lower the emulated capacity with NEURON_EMU_HBM_GIB "
+          "so that scripts sizing themselves from it fit this machine.)";
+  return note.str();
 }
 
 size_t roundSize(size_t nbytes) {
@@ -244,7 +261,15 @@ class AllocatorState {
       releaseCached(pool);
     }
     void* ptr = nullptr;
-    if (pool.reserved + size <= limit) {
+    size_t host_available = SIZE_MAX;
+    if (pool.reserved + size <= limit && size >= kHostCheckBytes) {
+      host_available = hostAvailableBytes();
+      if (size > host_available && !pool.cached.empty()) {  // cached blocks are host memory too
+        releaseCached(pool);
+        host_available = hostAvailableBytes();
+      }
+    }
+    if (pool.reserved + size <= limit && size <= host_available) {
       if (posix_memalign(&ptr, kAlignment, size) != 0) ptr = nullptr;
     }
     if (ptr == nullptr) {
@@ -268,9 +293,7 @@ class AllocatorState {
           " is free. Of the allocated memory ", formatBytes(allocated),
           " is allocated by PyTorch, and ", formatBytes(pool.reserved - allocated),
           " is reserved by PyTorch but unallocated.", fraction_note.str(),
-          host_failed ? " (The host could not provide the memory: the machine running the "
-                        "emulator is out of RAM.)"
-                      : "",
+          host_failed ? hostNote(host_available) : std::string(),
           " Free tensors you no longer need, reduce the batch size or sequence length, or "
           "spread the model over more cores (NEURON_RT_NUM_CORES, tensor parallelism).");
     }

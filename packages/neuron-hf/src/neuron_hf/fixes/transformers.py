@@ -182,7 +182,12 @@ def _make_memory_breakdown(original: Callable[..., Any]) -> Callable[..., Any]:
         neuron.empty_cache()
         neuron.synchronize()
         free, total = neuron.mem_get_info(device)
-        return device, total, neuron.memory_reserved(device), total - free
+        # Emulated HBM is host RAM: budget no more than the host can still back, or the paged
+        # cache (sized at ~90% of what is free) pages the machine, or gets the process killed.
+        from neuron_runtime import _C
+
+        used = total - free
+        return device, min(total, used + _C._host_available_bytes()), neuron.memory_reserved(device), used
 
     return get_device_and_memory_breakdown
 
