@@ -1,6 +1,7 @@
 // PythonBackend: c10d::Backend virtuals forwarded to the Python implementation.
 #include "PythonBackend.h"
 
+#include "PythonCall.h"
 #include "PythonGil.h"
 #include "PythonWork.h"
 
@@ -24,19 +25,19 @@ PythonBackend::~PythonBackend() {
 // reach Python as copies: a Python work may outlive the C++ call that passed them.
 template <typename... Args>
 c10::intrusive_ptr<c10d::Work> PythonBackend::forward(const char* method, const Args&... args) {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   py::object work = impl_.attr(method)(py::cast(args, py::return_value_policy::copy)...);
   return c10::make_intrusive<PythonWork>(std::move(work));
 }
 
 void PythonBackend::setGroupUid(const std::string& pg_uid) {
   Backend::setGroupUid(pg_uid);
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   impl_.attr("_set_group_name")(pg_uid);
 }
 
 void PythonBackend::startCoalescing() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   impl_.attr("_start_coalescing")();
 }
 
@@ -164,27 +165,27 @@ c10::intrusive_ptr<c10d::Work> PythonBackend::barrier(const c10d::BarrierOptions
 }
 
 void PythonBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   impl_.attr("monitored_barrier")(opts.timeout, waitAllRanks);
 }
 
 void PythonBackend::setSequenceNumberForGroup() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   impl_.attr("_set_sequence_number_for_group")();
 }
 
 uint64_t PythonBackend::getSequenceNumberForGroup() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   return impl_.attr("_get_sequence_number_for_group")().cast<uint64_t>();
 }
 
 void PythonBackend::abort() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   impl_.attr("abort")();
 }
 
 void PythonBackend::shutdown() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   impl_.attr("shutdown")();
 }
 

@@ -1,6 +1,7 @@
 // PythonWork: forwards c10d::Work's virtual queries to the Python work object.
 #include "PythonWork.h"
 
+#include "PythonCall.h"
 #include "PythonGil.h"
 
 #include <pybind11/chrono.h>
@@ -17,7 +18,7 @@ PythonWork::~PythonWork() {
 }
 
 bool PythonWork::wait(std::chrono::milliseconds timeout) {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   if (timeout == kNoTimeout) {
     return work_.attr("wait")().cast<bool>();
   }
@@ -25,17 +26,17 @@ bool PythonWork::wait(std::chrono::milliseconds timeout) {
 }
 
 bool PythonWork::isCompleted() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   return work_.attr("is_completed")().cast<bool>();
 }
 
 bool PythonWork::isSuccess() const {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   return work_.attr("is_success")().cast<bool>();
 }
 
 std::exception_ptr PythonWork::exception() const {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   py::object error = work_.attr("exception")();
   if (error.is_none()) {
     return nullptr;
@@ -44,12 +45,12 @@ std::exception_ptr PythonWork::exception() const {
 }
 
 int PythonWork::sourceRank() const {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   return work_.attr("source_rank")().cast<int>();
 }
 
 std::vector<at::Tensor> PythonWork::result() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   py::object value = work_.attr("result")();
   if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
     // Results of list collectives nest (one list per input); flatten like gloo's works do.
@@ -69,12 +70,12 @@ std::vector<at::Tensor> PythonWork::result() {
 }
 
 void PythonWork::synchronize() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   work_.attr("synchronize")();
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> PythonWork::getFuture() {
-  py::gil_scoped_acquire gil;
+  PythonCall call;
   py::object future = work_.attr("get_future")();
   return future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
 }

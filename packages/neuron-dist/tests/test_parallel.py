@@ -10,6 +10,8 @@ CASES = [
     "ddp_matches_single_device",
     "ddp_device_ids_moves_cpu_inputs",
     "ddp_bf16_compress_hook",
+    "ddp_compiled_runs_the_backend_outside_dynamo",
+    "ddp_records_runtime_stats",
     "fsdp2_fp32_matches_single_device",
     "fsdp2_bf16_mixed_precision_matches_single_device",
     "fsdp2_collectives_visible_to_comm_debug_mode",

@@ -105,6 +105,57 @@ def ddp_bf16_compress_hook() -> float:
     return ref_loss
 
 
+class _Scaled(nn.Module):
+    """An MLP with a buffer: DDP broadcasts buffers at the start of every forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mlp = _mlp()
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, DIM))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x) * self.scale
+
+
+@cases.case
+def ddp_compiled_runs_the_backend_outside_dynamo() -> int:
+    """torch.compile(DDP(model)): the buffer broadcast between graphs enters the backend's Python
+    implementation, which Dynamo traced as user code (graph breaks, one recompile per call)."""
+    import warnings
+
+    torch._dynamo.reset()
+    reference = _Scaled().to(DEVICE)
+    ddp = DistributedDataParallel(copy.deepcopy(reference))
+    compiled = torch.compile(ddp, backend="neuron")
+    batch = _batches()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            ddp.zero_grad()
+            compiled(batch[RANK::WORLD]).pow(2).mean().backward()
+    dynamo_warnings = [str(w.message).splitlines()[0] for w in caught if "Dynamo" in str(w.message)]
+    assert not dynamo_warnings, dynamo_warnings
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert graphs <= 2, f"{graphs} graphs: Dynamo compiled code outside the model"
+    _, ref_grads = _reference_grads(reference, batch)
+    for name, param in ddp.module.named_parameters():
+        _close(param.grad, ref_grads[name], f"grad {name}")
+    return graphs
+
+
+@cases.case
+def ddp_records_runtime_stats() -> bool:
+    """DDP's reducer times forward, backward and communication with a timer for the device."""
+    ddp = DistributedDataParallel(_mlp().to(DEVICE))
+    batch = _batches()
+    for _ in range(2):  # DDP logs runtime stats from the second iteration on
+        ddp(batch[RANK::WORLD]).pow(2).mean().backward()
+    stats = ddp._get_ddp_logging_data()
+    assert stats.get("avg_forward_compute_time", 0) > 0, stats
+    assert stats.get("avg_backward_comm_time", 0) > 0, stats
+    return True
+
+
 def _fsdp_step(mp: MixedPrecisionPolicy | None, reference: nn.Module) -> tuple[torch.Tensor, nn.Module]:
     model = copy.deepcopy(reference)
     kwargs = {"mesh": MESH} | ({"mp_policy": mp} if mp else {})
