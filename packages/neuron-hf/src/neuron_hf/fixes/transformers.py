@@ -107,22 +107,15 @@ def _make_tracker_init(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _make_tracker_start(original: Callable[..., Any]) -> Callable[..., Any]:
     def start(self: Any) -> None:
-        if not _tracks_neuron(self):
-            if not self.skip_memory_metrics:
-                stage = _caller_stage(self)
-                self.derive_stage = lambda: stage
-                try:
-                    return original(self)
-                finally:
-                    del self.derive_stage
+        if self.skip_memory_metrics:
             return original(self)
         stage = _caller_stage(self)
-        if self.cur_stage is not None and self.cur_stage != stage:
-            return  # nested evaluation during training, ignored as upstream does
-        gc.collect()
-        torch.neuron.reset_peak_memory_stats()
-        torch.neuron.empty_cache()
-        self.gpu_mem_used_at_start = torch.neuron.memory_allocated()
+        # a nested evaluation during training is ignored, as upstream does
+        if _tracks_neuron(self) and self.cur_stage in (None, stage):
+            gc.collect()
+            torch.neuron.reset_peak_memory_stats()
+            torch.neuron.empty_cache()
+            self.gpu_mem_used_at_start = torch.neuron.memory_allocated()
         self.derive_stage = lambda: stage
         try:
             original(self)
