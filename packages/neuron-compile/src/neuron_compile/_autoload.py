@@ -11,14 +11,22 @@ is imported on first use.
 from __future__ import annotations
 
 
+def arm_torch_patches() -> None:
+    """Arms the patches of torch modules that must act on neuron tensors in any backend
+    (each applied when its module is imported; idempotent)."""
+    from neuron_compile import _aoti, _compiled_optimizers, _rng_functionalization
+
+    _compiled_optimizers.install()
+    _aoti.install()
+    _rng_functionalization.install()
+
+
 def autoload() -> None:
     """Makes ``torch.compile(model)`` on neuron tensors use the neuron compiler."""
     from neuron_runtime._autoload import autoload as register_device
 
     register_device()
-    from neuron_compile import _aoti, _compiled_optimizers, _default_backend, _rng_functionalization
+    from neuron_compile import _default_backend
 
     _default_backend.install()
-    _compiled_optimizers.install()
-    _aoti.install()
-    _rng_functionalization.install()
+    arm_torch_patches()

@@ -33,7 +33,8 @@ import torch
 import torch._dynamo
 import torch.fx
 
-from neuron_compile import _aoti, _compiled_optimizers, _diagnostics, _dynamism, _rng_functionalization, metrics
+from neuron_compile import _diagnostics, _dynamism, metrics
+from neuron_compile._autoload import arm_torch_patches
 from neuron_compile._dynamism import (
     RUNTIME_INT,
     IntsSpecialised,
@@ -63,9 +64,7 @@ if torch._dynamo.config.recompile_limit < _MIN_RECOMPILE_LIMIT:
 # run-time arguments (neuron_compile._dynamism). Process-wide: Dynamo has no per-backend setting.
 _dynamism.install()
 # Normally armed at `import torch`; again here for processes with torch's autoload turned off.
-_compiled_optimizers.install()
-_aoti.install()  # for processes with torch's backend autoload off, as above
-_rng_functionalization.install()
+arm_torch_patches()
 
 
 class NeuronCompileError(RuntimeError):
