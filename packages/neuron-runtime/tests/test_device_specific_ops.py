@@ -63,6 +63,18 @@ def test_grouped_mm_for_moe():
     torch.testing.assert_close(got.cpu(), expected)
 
 
+def test_grouped_mm_accepts_what_the_cpu_accepts():
+    # Transposed expert weights of an odd size (intermediate size 37, as in transformers' tiny
+    # MoE test configs): ATen's generic kernel applied CUDA's rules to every device but the
+    # CPU, so neuron refused what the CPU computes.
+    a = torch.randn(10, 32)
+    w = torch.randn(4, 37, 32).transpose(1, 2)
+    offs = torch.tensor([3, 5, 8, 10], dtype=torch.int32)
+    expected = torch._grouped_mm(a, w, offs=offs)
+    got = torch._grouped_mm(a.neuron(), w.neuron(), offs=offs.neuron())
+    torch.testing.assert_close(got.cpu(), expected)
+
+
 def test_import_does_not_initialise_the_device(python_in_subprocess):
     result = python_in_subprocess(
         "import torch\nprint(torch.neuron.is_available(), torch.neuron.is_initialized())\n"

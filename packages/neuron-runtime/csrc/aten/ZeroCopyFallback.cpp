@@ -353,7 +353,8 @@ void registerDirectFallbacks() {
   }
   // Composite ops whose kernel chooses its implementation by device type (a DispatchStub
   // called directly, or a CPU/CUDA/XPU allow-list): on CPU views they run as on the CPU.
-  for (const char* qualified : {"conj_physical_", "mode.values"}) {
+  // _grouped_mm (MoE experts) checks CUDA's 16-byte stride alignment off the CPU.
+  for (const char* qualified : {"conj_physical_", "mode.values", "_grouped_mm"}) {
     library->impl(qualified, torch::CppFunction::makeFromBoxedFunction<&zeroCopyFallback>());
   }
 }
