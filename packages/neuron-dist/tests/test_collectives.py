@@ -30,6 +30,7 @@ CASES = [
     "inline_and_gloo_paths_agree_with_gloo",
     "collectives_under_inference_mode_then_outside",
     "wrong_device_names_backend_and_device",
+    "non_contiguous_tensors_raise_instead_of_corrupting",
     "collectives_pass_through_c10d_dispatcher_ops",
     "cpu_tensors_also_work",
     "hsdp_on_2x2_mesh_matches_single_device",

@@ -163,13 +163,21 @@ class ProcessGroupNeuron:
         group = self._group_label()
         return f"{op} (collective #{seq} on group {group!r}, global ranks {self._global_ranks})"
 
-    def _check_devices(self, op: str, tensors: Sequence[torch.Tensor]) -> None:
+    def _check_tensors(self, op: str, tensors: Sequence[torch.Tensor]) -> None:
         for tensor in tensors:
             if tensor.device.type not in _SERVED_DEVICES:
                 raise UnsupportedDeviceError(
                     f"neuron: {op} got a tensor on device '{tensor.device}', but the process group's "
                     f"backend 'neuron' only serves 'neuron' (and 'cpu') tensors. Move the tensor to "
                     f"'neuron', or create the group with the backend of device '{tensor.device.type}'."
+                )
+            if not tensor.is_contiguous():
+                # gloo moves a tensor's memory as one block: a strided view would be read and
+                # written as if it were dense (NCCL refuses them the same way).
+                raise ValueError(
+                    f"neuron: {op} got a non-contiguous tensor (shape {list(tensor.shape)}, strides "
+                    f"{list(tensor.stride())}); collectives need dense tensors. Pass tensor.contiguous() "
+                    f"and copy the result back into the view if you need it there."
                 )
 
     def _begin(
@@ -186,7 +194,7 @@ class ProcessGroupNeuron:
         collective locally from ``self._frames.last``).
         """
         op = signature.op
-        self._check_devices(op, tensors)
+        self._check_tensors(op, tensors)
         self._seq += 1
         seq = self._seq
         self._board.enter(seq)
@@ -561,10 +569,32 @@ class ProcessGroupNeuron:
             in_splits=tuple(t.numel() for t in inputs), out_splits=tuple(t.numel() for t in outputs),
         )
         seq, _ = self._begin(signature, [*outputs, *inputs])
+        if len({t.numel() for t in (*inputs, *outputs)}) > 1:
+            return self._uneven_alltoall(seq, outputs, inputs, opts)
         outs = _wires(host_views(outputs))
         ins = _wires(host_views(inputs))
         return self._launch(
             "all_to_all", seq, lambda: self._gloo.alltoall(outs, ins, opts), outputs, (outputs, inputs)
+        )
+
+    def _uneven_alltoall(
+        self, seq: int, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllToAllOptions
+    ) -> NeuronWork:
+        """All-to-all of tensors of different sizes (NCCL takes them; gloo's list all-to-all does not):
+        the inputs' bytes travel as one flat all-to-all with byte splits, copied into the outputs."""
+        send = torch.cat([_as_bytes(v.contiguous()) for v in host_views(inputs)])
+        out_views = host_views(outputs)
+        out_sizes = [_nbytes(t) for t in outputs]
+        recv = torch.empty(sum(out_sizes), dtype=torch.uint8)
+
+        def finish() -> None:
+            for view, part in zip(out_views, recv.split(out_sizes)):
+                view.copy_(part.view(view.dtype).view(view.shape))
+
+        in_sizes = [_nbytes(t) for t in inputs]
+        return self._launch(
+            "all_to_all", seq, lambda: self._gloo.alltoall_base(recv, send, out_sizes, in_sizes, opts),
+            outputs, (outputs, inputs, send, recv), finish,
         )
 
     def gather(
@@ -617,19 +647,19 @@ class ProcessGroupNeuron:
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> NeuronWork:
         """Sends to group rank ``dst``."""
-        self._check_devices("send", tensors)
+        self._check_tensors("send", tensors)
         wires = _wires(host_views(tensors))
         return self._p2p("send", lambda: self._gloo.send(wires, dst, tag), tensors)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> NeuronWork:
         """Receives from group rank ``src``."""
-        self._check_devices("recv", tensors)
+        self._check_tensors("recv", tensors)
         wires = _wires(host_views(tensors))
         return self._p2p("recv", lambda: self._gloo.recv(wires, src, tag), tensors)
 
     def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> NeuronWork:
         """Receives from whichever rank sends first."""
-        self._check_devices("recv", tensors)
+        self._check_tensors("recv", tensors)
         wires = _wires(host_views(tensors))
         return self._p2p("recv", lambda: self._gloo.recv_anysource(wires, tag), tensors)
 

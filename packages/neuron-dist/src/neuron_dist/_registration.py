@@ -6,7 +6,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from neuron_dist import _C, _ddp_hooks, _dtensor_random
+from neuron_dist import _C, _bound_device, _ddp_hooks, _default_backend, _dtensor_random
 from neuron_dist._process_group import BACKEND_NAME, ProcessGroupNeuron
 
 __all__ = ["register"]
@@ -64,3 +64,5 @@ def register() -> None:
     dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=_DEVICES)
     _serve_fake_groups()
     _ddp_hooks.install()
+    _default_backend.install()
+    _bound_device.install()

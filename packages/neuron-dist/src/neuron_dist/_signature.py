@@ -29,6 +29,8 @@ _NONE = -1
 _SAME_SHAPE_OPS = {"all_reduce", "all_reduce_coalesced", "broadcast", "reduce"}
 _ROOTED_OPS = {"broadcast", "reduce", "gather", "scatter"}
 _REDUCING_OPS = {"all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter"}
+# Operations where each rank sends its own amount (checked through the splits instead).
+_SPLIT_OPS = {"all_to_all", "all_to_all_single"}
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,8 @@ def check_signatures(gathered: torch.Tensor, world_size: int, where: str) -> Non
         keys = {(sig.dtype, sig.numel) for _, sig in decoded}
         if op in _SAME_SHAPE_OPS:
             keys = {(sig.dtype, sig.shape, sig.numel) for _, sig in decoded}
+        elif op in _SPLIT_OPS:
+            keys = {(sig.dtype, sig.shape) for _, sig in decoded}
         if len(keys) > 1:
             problem = "tensors differ in shape or dtype across ranks"
         elif op in _ROOTED_OPS and len({sig.root for _, sig in decoded}) > 1:

@@ -138,6 +138,12 @@ def all_to_all_single_equal_and_uneven() -> None:
     dist.all_to_all_single(recv, send.to(DEVICE), out_splits, in_splits)
     expected = torch.cat([torch.full((RANK + 1, 3), 10.0 * r + RANK) for r in range(WORLD)]).to(torch.bfloat16)
     _expect(recv, expected, "all_to_all_single uneven splits")
+    # ranks sending different totals (legal: rank r sends r + 1 rows to every rank)
+    send = torch.full((WORLD * (RANK + 1), 2), float(RANK)).to(DEVICE)
+    recv = torch.empty(sum(r + 1 for r in range(WORLD)), 2, device=DEVICE)
+    dist.all_to_all_single(recv, send, [r + 1 for r in range(WORLD)], [RANK + 1] * WORLD)
+    expected = torch.cat([torch.full((r + 1, 2), float(r)) for r in range(WORLD)])
+    _expect(recv, expected, "all_to_all_single with different totals per rank")
 
 
 @cases.case
@@ -147,6 +153,12 @@ def all_to_all_list() -> None:
     dist.all_to_all(recv, send)
     for r in range(WORLD):
         _expect(recv[r], torch.full((2,), 10 * r + RANK, dtype=torch.int32), f"all_to_all slot {r}")
+    # tensors of a different size from each rank
+    send = [torch.full((RANK + 1,), float(RANK), device=DEVICE) for _ in range(WORLD)]
+    recv = [torch.empty(r + 1, device=DEVICE) for r in range(WORLD)]
+    dist.all_to_all(recv, send)
+    for r in range(WORLD):
+        _expect(recv[r], torch.full((r + 1,), float(r)), f"all_to_all uneven slot {r}")
 
 
 @cases.case
@@ -471,6 +483,28 @@ def wrong_device_names_backend_and_device() -> str:
     dist.all_reduce(meta)
     assert meta.device.type == "meta"
     _destroy_when_every_rank_is_done(gloo)
+    return text
+
+
+@cases.case
+def non_contiguous_tensors_raise_instead_of_corrupting() -> str:
+    """gloo moves memory as one block: a strided view would be reduced as if dense (gloo itself
+    corrupts it silently); the backend refuses it on every path, as NCCL does."""
+    buffer = torch.zeros(2 * 8, device=DEVICE)
+    for call in (
+        lambda: dist.all_reduce(buffer[::2]),  # small: would travel inside the signature exchange
+        lambda: dist.broadcast(torch.zeros(1 << 19, 2, device=DEVICE)[:, 0], src=0),
+        lambda: dist.all_gather_into_tensor(torch.zeros(WORLD * 8, device=DEVICE), buffer[::2]),
+    ):
+        try:
+            call()
+        except ValueError as error:
+            text = str(error)
+            assert "non-contiguous" in text and ".contiguous()" in text, text
+        else:
+            raise AssertionError("no error for a non-contiguous tensor")
+    assert buffer.abs().sum().item() == 0  # nothing was written
+    dist.all_reduce(buffer)  # the group still works
     return text
 
 
