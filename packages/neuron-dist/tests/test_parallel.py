@@ -12,6 +12,7 @@ CASES = [
     "ddp_bf16_compress_hook",
     "ddp_compiled_runs_the_backend_outside_dynamo",
     "ddp_records_runtime_stats",
+    "sync_batch_norm_matches_single_device_batch_norm",
     "fsdp2_fp32_matches_single_device",
     "fsdp2_bf16_mixed_precision_matches_single_device",
     "fsdp2_collectives_visible_to_comm_debug_mode",

@@ -262,3 +262,24 @@ def test_flex_attention_score_mod_matches_cpu_and_cpu_rules_are_kept():
     torch.testing.assert_close(got.cpu(), flex_attention(q, k, v, score_mod=bias))
     with pytest.raises(NotImplementedError, match="backward on CPU"):  # torch's CPU rule, unchanged
         flex_attention(q.requires_grad_(), k, v)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sync_batch_norm_kernels_match_batch_norm(dtype):
+    # ATen has these only for CUDA; nn.SyncBatchNorm calls them (end to end on 2 ranks in neuron-dist).
+    x = torch.randn(6, 3, 4, 4).to(dtype)
+    weight, bias = torch.randn(3), torch.randn(3)
+    mean, invstd = torch.batch_norm_stats(x.neuron(), 1e-5)
+    assert mean.dtype == invstd.dtype == torch.float32  # CUDA's accumulate type
+    var, ref_mean = torch.var_mean(x.float(), dim=(0, 2, 3), correction=0)
+    torch.testing.assert_close(mean.cpu(), ref_mean)
+    torch.testing.assert_close(invstd.cpu(), (var + 1e-5).rsqrt())
+    counts = torch.tensor([96.0], device="neuron")
+    g_mean, g_invstd = torch.batch_norm_gather_stats_with_counts(
+        x.neuron(), mean[None], invstd[None], None, None, 0.1, 1e-5, counts)
+    torch.testing.assert_close(g_mean.cpu(), ref_mean)
+    torch.testing.assert_close(g_invstd.cpu(), (var + 1e-5).rsqrt())
+    out = torch.batch_norm_elemt(x.neuron(), weight.neuron(), bias.neuron(), g_mean, g_invstd, 1e-5)
+    expected = F.batch_norm(x.float(), ref_mean, var, weight, bias, training=False, eps=1e-5).to(dtype)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.cpu(), expected, **({} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}))

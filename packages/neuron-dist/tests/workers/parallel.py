@@ -156,6 +156,31 @@ def ddp_records_runtime_stats() -> bool:
     return True
 
 
+def _conv_bn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 2, 1))
+
+
+@cases.case
+def sync_batch_norm_matches_single_device_batch_norm() -> float:
+    """nn.SyncBatchNorm under DDP: output, gradients and running statistics equal one device's
+    BatchNorm over the whole batch (its kernels are CUDA-only in ATen; the runtime provides them)."""
+    reference = _conv_bn()
+    batch = torch.randn(4 * WORLD, 3, 5, 5, generator=torch.Generator().manual_seed(1))
+    target = reference(batch)
+    target.pow(2).mean().backward()
+    model = DistributedDataParallel(nn.SyncBatchNorm.convert_sync_batchnorm(_conv_bn()).to(DEVICE))
+    out = model(batch[RANK * 4:(RANK + 1) * 4].to(DEVICE))
+    (out.pow(2).mean() / WORLD).backward()  # DDP averages: the per-rank mean times 1/WORLD sums to the global mean
+    _close(out, target[RANK * 4:(RANK + 1) * 4], "SyncBatchNorm output")
+    for (name, got), want in zip(model.module.named_parameters(), reference.parameters()):
+        _close(got.grad * WORLD, want.grad, f"SyncBatchNorm grad {name}")
+    bn, ref_bn = model.module[1], reference[1]
+    _close(bn.running_mean, ref_bn.running_mean, "running_mean")
+    _close(bn.running_var, ref_bn.running_var, "running_var")
+    return float(bn.running_var.sum())
+
+
 def _fsdp_step(mp: MixedPrecisionPolicy | None, reference: nn.Module) -> tuple[torch.Tensor, nn.Module]:
     model = copy.deepcopy(reference)
     kwargs = {"mesh": MESH} | ({"mp_policy": mp} if mp else {})
