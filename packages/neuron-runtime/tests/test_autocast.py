@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -39,3 +40,18 @@ def test_autocast_training_step_backward():
         out = model(torch.randn(2, 8, device="neuron"))
     out.float().sum().backward()
     assert model.weight.grad.dtype == torch.float32
+
+
+def test_binary_cross_entropy_is_banned_as_on_cuda():
+    # CUDA refuses BCE under autocast (log of a low-precision probability); neuron computed it
+    # silently in half precision. BCE with logits stays allowed and runs in float32.
+    x = torch.randn(2, 3, device="neuron")
+    target = torch.rand(2, 3, device="neuron")
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        probabilities = torch.sigmoid(x @ torch.randn(3, 3, device="neuron"))
+        with pytest.raises(RuntimeError, match="unsafe to autocast"):
+            torch.nn.functional.binary_cross_entropy(probabilities, target)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(x @ torch.randn(3, 3, device="neuron"), target)
+    assert loss.dtype == torch.float32
+    # outside autocast it is an ordinary op
+    assert torch.nn.functional.binary_cross_entropy(torch.sigmoid(x), target).dtype == torch.float32

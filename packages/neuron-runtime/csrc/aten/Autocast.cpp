@@ -12,6 +12,18 @@ using at::Tensor;
 using c10::IntArrayRef;
 using c10::ScalarType;
 
+// CUDA bans binary_cross_entropy under autocast (its input may be a low-precision probability
+// whose log is unsafe); neuron follows CUDA rather than computing it silently in half precision.
+Tensor binaryCrossEntropyBanned(const Tensor& /*self*/, const Tensor& /*target*/,
+                                const std::optional<Tensor>& /*weight*/, int64_t /*reduction*/) {
+  TORCH_CHECK(false,
+              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+              "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+              "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+              "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+              "safe to autocast.");
+}
+
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #define NEURON_LOW_PRECISION(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
 #define NEURON_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
@@ -28,6 +40,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #undef NEURON_FP32_SET_OPT_DTYPE
 #undef NEURON_FP32_APPEND_DTYPE
 #undef NEURON_PROMOTE
+  m.impl("binary_cross_entropy", TORCH_FN(binaryCrossEntropyBanned));
 }
 
 // Ops without a cast policy run unchanged.
