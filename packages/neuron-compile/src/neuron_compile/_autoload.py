@@ -4,7 +4,8 @@ Only routes the default ``torch.compile`` backend's neuron graphs to the neuron 
 :mod:`neuron_compile._default_backend`) and arms Dynamo's optimizer handling for neuron
 parameters (:mod:`neuron_compile._compiled_optimizers`), and makes AOTInductor refuse neuron
 programs with a clear error (:mod:`neuron_compile._aoti`) and torch's RNG-functionalisation
-operators take neuron tensors (:mod:`neuron_compile._rng_functionalization`); the compiler itself
+operators take neuron tensors (:mod:`neuron_compile._rng_functionalization`), and registers
+Dynamo's device interface for neuron (:mod:`neuron_compile._device_interface`); the compiler itself
 is imported on first use.
 """
 
@@ -14,11 +15,12 @@ from __future__ import annotations
 def arm_torch_patches() -> None:
     """Arms the patches of torch modules that must act on neuron tensors in any backend
     (each applied when its module is imported; idempotent)."""
-    from neuron_compile import _aoti, _compiled_optimizers, _rng_functionalization
+    from neuron_compile import _aoti, _compiled_optimizers, _device_interface, _rng_functionalization
 
     _compiled_optimizers.install()
     _aoti.install()
     _rng_functionalization.install()
+    _device_interface.install()
 
 
 def autoload() -> None:
