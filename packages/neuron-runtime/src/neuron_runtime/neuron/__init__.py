@@ -103,6 +103,13 @@ def device_count() -> int:
     return _C._device_count()
 
 
+# Fixed for the life of a process: torch.compile'd code may call them, and Dynamo folds their
+# result into the graph (what ``torch._dynamo.assume_constant_result`` marks) instead of
+# failing to trace the extension call inside.
+for _constant in (is_available, device_count):
+    _constant._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def is_initialized() -> bool:
     """Whether the runtime has been initialised in this process."""
     return _C._is_initialized()
@@ -223,6 +230,9 @@ def get_device_capability(device: Any = None) -> tuple[int, int]:
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """Trainium computes natively in bfloat16."""
     return is_available()
+
+
+is_bf16_supported._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
