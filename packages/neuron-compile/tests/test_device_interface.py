@@ -1,4 +1,4 @@
-"""Dynamo's device interface for neuron: what Dynamo and Inductor ask about the device."""
+"""Dynamo's device interface for neuron, and device and stream use inside compiled code."""
 
 from __future__ import annotations
 
@@ -29,3 +29,26 @@ def test_compiled_code_can_query_the_device_through_dynamo():
 
     x = torch.ones(3, device="neuron")
     assert scaled(x).cpu().tolist() == [float(torch.neuron.device_count())] * 3
+
+
+def test_stream_and_event_use_inside_compiled_code(fresh_compiler):
+    # Dynamo records `with stream:` and `event.record()` in the graph; Inductor's CPU code
+    # generation emitted them as undefined names (NameError / UnboundLocalError at run time).
+    # Streams run in order on the emulated device, so the program computes the same without them.
+    x = torch.randn(4, device="neuron")
+    side = torch.neuron.Stream()
+
+    def on_side_stream(x):
+        with side:
+            y = x + 1
+        return y * 2
+
+    def recording_an_event(x):
+        event = torch.neuron.Event()
+        y = x + 1
+        event.record()
+        return y
+
+    for fn in (on_side_stream, recording_an_event):
+        compiled = torch.compile(fn, backend="neuron", fullgraph=True)
+        assert torch.equal(compiled(x).cpu(), fn(x).cpu()), fn.__name__

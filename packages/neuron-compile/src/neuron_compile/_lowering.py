@@ -76,10 +76,34 @@ def _cpu_for_neuron(value: Any) -> Any:
     return value
 
 
+def _is_stream_bookkeeping(node: torch.fx.Node) -> bool:
+    """Dynamo's record of stream and event use (``with stream:``, ``event.record()``): the
+    stream and event objects it fetches and the ``torch.ops.streams`` ops on them."""
+    target = node.target
+    if getattr(target, "__name__", "") == "get_external_object_by_index":
+        return True
+    name = getattr(target, "_qualified_op_name", None) or getattr(getattr(target, "_schema", None), "name", "")
+    return str(name).startswith("streams::")
+
+
+def _drop_stream_bookkeeping(graph: torch.fx.Graph) -> None:
+    """Streams run in order on the host (every stream is always complete), so a graph's stream
+    switches and event records change nothing it computes; Inductor's CPU code generation cannot
+    emit them (the program failed at run time naming an undefined stream or input)."""
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and _is_stream_bookkeeping(node) and not node.users:
+            graph.erase_node(node)
+            continue
+        custom = node.meta.get("custom")
+        if isinstance(custom, dict) and "stream" in custom:  # ops Dynamo saw under `with stream:`
+            node.meta["custom"] = {key: value for key, value in custom.items() if key != "stream"}
+
+
 def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose device arguments (and autocast regions) name ``cpu``."""
     graph = copy.deepcopy(gm.graph)
     replace_cpu_rejected_ops(graph)
+    _drop_stream_bookkeeping(graph)
     for node in graph.nodes:
         node.args = torch.fx.node.map_aggregate(node.args, _cpu_for_neuron)
         node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _cpu_for_neuron)
