@@ -22,3 +22,9 @@ def test_dead_rank_fails_the_others_within_the_timeout(tmp_path) -> None:
     assert time.monotonic() - start < 110
     per_rank = results(tmp_path, 1, proc)  # rank 1 died before writing
     assert_case(per_rank, "dead_rank_fails_the_others_within_the_timeout")
+
+
+def test_monitored_barrier_names_the_rank_that_did_not_arrive(tmp_path) -> None:
+    proc = launch("failures.py", tmp_path, 2, "monitored", timeout=120)
+    values = assert_case(results(tmp_path, 2, proc), "monitored_barrier_names_the_rank_that_did_not_arrive")
+    assert values[1] is None and "Rank 1" in values[0]

@@ -1,4 +1,4 @@
-"""Starting the group without a backend, and CPU subgroups of a core-bound group (2 ranks)."""
+"""Ways of starting the group: no backend, a device map, and CPU subgroups of a core-bound group (2 ranks)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,8 @@ def test_gloo_subgroup_of_a_device_bound_group(tmp_path) -> None:
     proc = launch("init_variants.py", tmp_path, 2, "device_id")
     values = assert_case(results(tmp_path, 2, proc), "gloo_subgroup_of_a_core_bound_group")
     assert values == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_bf16_hook_with_a_device_map_backend(tmp_path) -> None:
+    proc = launch("init_variants.py", tmp_path, 2, "device_map")
+    assert assert_case(results(tmp_path, 2, proc), "bf16_hook_on_a_device_map_backend") == [True, True]

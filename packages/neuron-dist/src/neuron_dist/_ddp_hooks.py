@@ -13,25 +13,17 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from neuron_dist._process_group import BACKEND_NAME
+from neuron_dist._groups import serves_neuron
 
 _BF16_HOOKS = ("bf16_compress_hook", "bf16_compress_wrapper_hook")
 _original_check: Callable[[Any, Any], None] | None = None
 
 
-def _on_neuron_group(ddp: DistributedDataParallel) -> bool:
-    try:
-        return dist.get_backend(ddp.process_group) == BACKEND_NAME
-    except (RuntimeError, ValueError):
-        return False
-
-
 def _check_comm_hook(self: DistributedDataParallel, hook: Any) -> None:
     assert _original_check is not None
-    if getattr(hook, "__name__", None) in _BF16_HOOKS and _on_neuron_group(self):
+    if getattr(hook, "__name__", None) in _BF16_HOOKS and serves_neuron(self.process_group):
         # Same signature (functools.wraps), another name: torch's remaining checks still apply.
         renamed = functools.wraps(hook)(lambda *args, **kwargs: hook(*args, **kwargs))
         renamed.__name__ = f"neuron_{hook.__name__}"

@@ -77,6 +77,20 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+# Element-wise collectives: any dense layout works (e.g. channels_last), as long as every rank
+# uses the same one, as with NCCL; the others lay rows out in memory order and need contiguous.
+_LAYOUT_FREE_OPS = {"all_reduce", "all_reduce_coalesced", "broadcast", "reduce"}
+
+
+def _dense_enough(op: str, tensor: torch.Tensor) -> bool:
+    if tensor.is_contiguous():
+        return True
+    if op not in _LAYOUT_FREE_OPS or tensor.dim() not in (4, 5):
+        return False
+    layout = torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d
+    return tensor.is_contiguous(memory_format=layout)
+
+
 def _rows(tensor: torch.Tensor) -> int:
     return tensor.shape[0] if tensor.dim() > 0 else 1
 
@@ -171,7 +185,7 @@ class ProcessGroupNeuron:
                     f"backend 'neuron' only serves 'neuron' (and 'cpu') tensors. Move the tensor to "
                     f"'neuron', or create the group with the backend of device '{tensor.device.type}'."
                 )
-            if not tensor.is_contiguous():
+            if not _dense_enough(op, tensor):
                 # gloo moves a tensor's memory as one block: a strided view would be read and
                 # written as if it were dense (NCCL refuses them the same way).
                 raise ValueError(
@@ -242,7 +256,12 @@ class ProcessGroupNeuron:
         if missing is None:
             who = "could not tell which ranks did not arrive (the store is unreachable: its host rank may be gone)"
         elif missing:
-            who = f"ranks that did not arrive: {[self._global_ranks[r] for r in missing]}"
+            who = (
+                f"ranks that did not arrive: {[self._global_ranks[r] for r in missing]} (gone, hung, or "
+                f"still blocked in an earlier call: each collective waits at its start until every rank "
+                f"has issued it, so a rank waiting in a recv or in another group's collective for this "
+                f"one to be answered never arrives)"
+            )
         else:
             who = "every rank had arrived (one failed during the collective)"
         if timed_out:

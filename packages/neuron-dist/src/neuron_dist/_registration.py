@@ -6,7 +6,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from neuron_dist import _C, _bound_device, _ddp_hooks, _default_backend, _dtensor_random
+from neuron_dist import _C, _bound_device, _ddp_hooks, _default_backend, _dtensor_random, _monitored_barrier
 from neuron_dist._process_group import BACKEND_NAME, ProcessGroupNeuron
 
 __all__ = ["register"]
@@ -66,3 +66,4 @@ def register() -> None:
     _ddp_hooks.install()
     _default_backend.install()
     _bound_device.install()
+    _monitored_barrier.install()

@@ -505,6 +505,12 @@ def non_contiguous_tensors_raise_instead_of_corrupting() -> str:
             raise AssertionError("no error for a non-contiguous tensor")
     assert buffer.abs().sum().item() == 0  # nothing was written
     dist.all_reduce(buffer)  # the group still works
+    # dense layouts other than row-major (channels_last) are fine for element-wise collectives
+    image = (torch.arange(2 * 3 * 4 * 4.0).reshape(2, 3, 4, 4) + RANK).contiguous(memory_format=torch.channels_last)
+    on_device = image.to(DEVICE)
+    dist.all_reduce(on_device)
+    expected = sum(torch.arange(2 * 3 * 4 * 4.0).reshape(2, 3, 4, 4) + r for r in range(WORLD))
+    _expect(on_device, expected, "all_reduce of a channels_last tensor")
     return text
 
 

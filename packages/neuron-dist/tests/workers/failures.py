@@ -65,5 +65,25 @@ def dead_rank_fails_the_others_within_the_timeout() -> str | None:
     raise AssertionError("the all_reduce did not fail")
 
 
+@cases.case
+def monitored_barrier_names_the_rank_that_did_not_arrive() -> str | None:
+    """torch allows monitored_barrier on gloo only; the neuron backend implements it too."""
+    if SCENARIO != "monitored":
+        return None
+    dist.monitored_barrier(timeout=timedelta(seconds=10))  # everyone arrives
+    if RANK == WORLD - 1:
+        time.sleep(6)  # misses the next one (2 s)
+        return None
+    if RANK != 0:
+        return None  # rank 0 reports; the others wait for rank 0 and fail with it
+    try:
+        dist.monitored_barrier(timeout=timedelta(seconds=2))
+    except RuntimeError as error:
+        text = str(error)
+        assert f"Rank {WORLD - 1}" in text, text
+        return text
+    raise AssertionError("monitored_barrier did not report the missing rank")
+
+
 cases.run()
 os._exit(0)  # skip destroy_process_group: the group is broken on purpose

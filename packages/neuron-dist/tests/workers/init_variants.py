@@ -16,6 +16,8 @@ MODE = sys.argv[2]
 LOCAL_RANK = int(os.environ["LOCAL_RANK"])
 if MODE == "no_backend":
     dist.init_process_group()
+elif MODE == "device_map":
+    dist.init_process_group("cpu:gloo,neuron:neuron")
 else:
     dist.init_process_group("neuron", device_id=torch.device("neuron", LOCAL_RANK))
 RANK, WORLD = dist.get_rank(), dist.get_world_size()
@@ -61,6 +63,20 @@ def gloo_subgroup_of_a_core_bound_group() -> list[float]:
     _ddp_step_matches_single_device()  # the bound default group still serves neuron tensors
     dist.barrier()
     return x.tolist()
+
+
+@cases.case
+def bf16_hook_on_a_device_map_backend() -> bool:
+    """DDP's bf16 compression hook is accepted when neuron tensors go to the neuron backend
+    through a device map, not only with init_process_group("neuron")."""
+    if MODE != "device_map":
+        return False
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).to(DEVICE))
+    model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    model(torch.ones(2, 4, device=DEVICE)).sum().backward()
+    return True
 
 
 cases.run()
