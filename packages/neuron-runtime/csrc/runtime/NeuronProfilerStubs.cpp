@@ -55,12 +55,11 @@ struct NeuronProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
   void synchronize() const override {}  // every stream is always complete
 };
 
-const NeuronProfilerStubs kProfilerStubs;
+// Lives as long as the library; the profiler keeps a pointer to it.
+NeuronProfilerStubs profilerStubs;
 
 struct RegisterProfilerStubs {
-  RegisterProfilerStubs() {
-    torch::profiler::impl::registerPrivateUse1Methods(const_cast<NeuronProfilerStubs*>(&kProfilerStubs));
-  }
+  RegisterProfilerStubs() { torch::profiler::impl::registerPrivateUse1Methods(&profilerStubs); }
 };
 const RegisterProfilerStubs kRegisterProfilerStubs;
 
