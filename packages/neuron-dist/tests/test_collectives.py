@@ -32,6 +32,7 @@ CASES = [
     "wrong_device_names_backend_and_device",
     "non_contiguous_tensors_raise_instead_of_corrupting",
     "collectives_pass_through_c10d_dispatcher_ops",
+    "async_collectives_return_before_other_ranks_issue_them",
     "cpu_tensors_also_work",
     "hsdp_on_2x2_mesh_matches_single_device",
 ]

@@ -28,3 +28,9 @@ def test_monitored_barrier_names_the_rank_that_did_not_arrive(tmp_path) -> None:
     proc = launch("failures.py", tmp_path, 2, "monitored", timeout=120)
     values = assert_case(results(tmp_path, 2, proc), "monitored_barrier_names_the_rank_that_did_not_arrive")
     assert values[1] is None and "Rank 1" in values[0]
+
+
+def test_unwaited_async_collective_finishes_before_exit(tmp_path) -> None:
+    proc = launch("failures.py", tmp_path, 2, "unwaited", timeout=120)
+    values = assert_case(results(tmp_path, 2, proc), "unwaited_async_collective_finishes_before_exit")
+    assert values == ["reduced", "issued"], values

@@ -24,6 +24,7 @@ collective (two round trips, as without inlining); a smaller one sends some padd
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,7 +35,7 @@ import torch.distributed as dist
 
 from neuron_dist._signature import Signature, check_signatures, encode_fields, signature_width
 
-__all__ = ["FrameExchange"]
+__all__ = ["FrameExchange", "Posted"]
 
 _ALIGN = 64  # header and slot sizes are multiples of this: payload rows stay aligned for any dtype
 _MIN_SLOT = 4096  # bytes: room for tiny collectives after a large one (padding this small is free)
@@ -120,6 +121,16 @@ class _Frames:
             self.views.clear()
 
 
+@dataclasses.dataclass(frozen=True)
+class Posted:
+    """An exchange in flight: gloo's work, the frames it fills, and what this rank sent."""
+
+    work: dist.Work
+    frames: _Frames
+    inline: bool  # this rank's payload is in its frame
+    wanted: int  # this rank's payload size in bytes
+
+
 def _numel(shape: torch.Size) -> int:
     out = 1
     for s in shape:
@@ -174,23 +185,13 @@ class FrameExchange:
             self._encoded[signature] = fields
         return fields
 
-    def exchange(
-        self,
-        signature: Signature,
-        seq: int,
-        where: Callable[[], str],
-        diagnose: Callable[[BaseException], BaseException],
-        payload: torch.Tensor | None = None,
-        wanted: int = 0,
-    ) -> bool:
-        """All-gathers this rank's frame; raises :class:`CollectiveMismatchError` if signatures disagree.
+    def post(self, signature: Signature, seq: int, payload: torch.Tensor | None = None, wanted: int = 0) -> Posted:
+        """Starts the all-gather of this rank's frame (gloo runs it; see :meth:`complete`).
 
         ``payload`` (a CPU tensor, any dtype, contiguous or not) is what this rank would carry
         inline, ``wanted`` its size in bytes (0 for collectives that never inline; give it even
-        when ``payload`` is None so the next slot fits). ``where()`` names the collective for a
-        mismatch message; ``diagnose(error)`` turns a transport error into the error to raise. Returns the gathered frames as a
-        whether every rank's payload travelled inline (read it from :attr:`last`); if not, the
-        caller runs gloo's collective.
+        when ``payload`` is None so the next slot fits). The payload is copied into the frame
+        now. Only one exchange may be in flight: :meth:`complete` it before posting the next.
         """
         frames = self._frames(self._slot)
         self.last = frames
@@ -203,13 +204,26 @@ class FrameExchange:
         header[width + 1] = wanted
         if inline and wanted:
             frames.send_view(payload.dtype, payload.shape).copy_(payload)
+        return Posted(self._gloo._allgather_base(frames.recv, frames.send), frames, inline, wanted)
+
+    def complete(
+        self, posted: Posted, where: Callable[[], str], diagnose: Callable[[BaseException], BaseException]
+    ) -> bool:
+        """Waits for a posted exchange; raises :class:`CollectiveMismatchError` if signatures disagree.
+
+        ``where()`` names the collective for a mismatch message; ``diagnose(error)`` turns a
+        transport error into the error to raise. Returns whether every rank's payload travelled
+        inline (read it from :attr:`last`); if not, the caller runs gloo's collective.
+        """
         try:
-            self._gloo._allgather_base(frames.recv, frames.send).wait()
+            posted.work.wait()
         except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
             raise diagnose(error) from error
+        frames = posted.frames
         if frames.headers_equal():
-            self._update_slot(wanted)
-            return inline
+            self._update_slot(posted.wanted)
+            return posted.inline
+        width = self._width
         headers = frames.headers()
         self._update_slot(int(headers[:, width + 1].max()))  # before raising: every rank agrees
         check_signatures(headers[:, :width].contiguous(), self._size, where())

@@ -12,14 +12,17 @@ store) over zero-copy CPU views of the neuron tensors, so gloo reads and writes 
 directly. Before data moves, the ranks exchange signatures (:mod:`neuron_dist._signature`) so a
 disagreement raises a clear error on every rank instead of aborting or corrupting; small
 all_reduce, all_gather_into_tensor and reduce_scatter_tensor calls travel inside that exchange
-and finish locally (:mod:`neuron_dist._frames`), so they cost one all-gather; failures are
-diagnosed with the collective's name, sequence number and the ranks that did not arrive
-(:mod:`neuron_dist._arrivals`). CPU tensors are accepted too (passed to gloo as they are).
+and finish locally (:mod:`neuron_dist._frames`), so they cost one all-gather. A collective
+returns once its exchange is posted, and the rest runs when someone waits for it, or when the
+exchange completes (:mod:`neuron_dist._deferred`), so ``async_op=True`` does not wait for the
+other ranks to issue it. Failures are diagnosed with the collective's name, sequence number
+and the ranks that did not arrive (:mod:`neuron_dist._arrivals`). CPU tensors are accepted too (passed to gloo as they are).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Generator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +32,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from neuron_dist._arrivals import ArrivalBoard
 from neuron_dist._config import config
+from neuron_dist._deferred import DeferredCollective, DeferredWork, Steps, watch
 from neuron_dist._errors import CollectivePeerError, CollectiveTimeoutError, UnsupportedDeviceError
 from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
@@ -95,6 +99,16 @@ def _rows(tensor: torch.Tensor) -> int:
     return tensor.shape[0] if tensor.dim() > 0 else 1
 
 
+def _collective(steps: Callable[..., Steps]) -> Callable[..., dist.Work]:
+    """Turns a collective's steps (see :mod:`neuron_dist._deferred`) into the method that issues it."""
+
+    @functools.wraps(steps)
+    def issue(self: ProcessGroupNeuron, *args: Any, **kwargs: Any) -> dist.Work:
+        return self._issue(steps(self, *args, **kwargs))
+
+    return issue
+
+
 class ProcessGroupNeuron:
     """Collectives for neuron (and CPU) tensors on gloo's transport; see the module docstring.
 
@@ -125,7 +139,9 @@ class ProcessGroupNeuron:
         self._all_reduce_inline = min(inline_bytes, _ALL_REDUCE_INLINE_BYTES)
         self._all_gather_inline = min(inline_bytes, _ALL_GATHER_INLINE_BYTES)
         self._plans: dict[tuple[torch.dtype, Any], Reduction] = {}
-        self._coalesced: list[NeuronWork] | None = None
+        self._coalesced: list[dist.Work] | None = None
+        self._pending: DeferredCollective | None = None  # the last collective whose steps may not have run
+        self._alive = True
 
     # ---- identity and lifecycle (called by the C++ Backend) ---------------------------------
 
@@ -159,12 +175,16 @@ class ProcessGroupNeuron:
         """Sequence numbers start at 0 on every rank; nothing to agree on."""
 
     def shutdown(self) -> None:
-        """Stops publishing arrivals and shuts the transport down."""
+        """Stops publishing arrivals and shuts the transport down, after starting the data
+        movement of the last collective if nobody waited for it (as gloo finishes queued work)."""
+        self._settle()
+        self._alive = False
         self._board.close()
         self._gloo.shutdown()
 
     def abort(self) -> None:
         """Same as :meth:`shutdown` (gloo has no separate abort)."""
+        self._alive = False
         self._board.close()
         self._gloo.abort()
 
@@ -200,25 +220,52 @@ class ProcessGroupNeuron:
         tensors: Sequence[torch.Tensor],
         payload: torch.Tensor | None = None,
         wanted: int = 0,
-    ) -> tuple[int, bool]:
+    ) -> Generator[dist.Work, None, tuple[int, bool]]:
         """Numbers the collective, checks devices, and checks the signature against the other ranks.
 
-        Returns the sequence number, and whether ``payload`` travelled inside the signature
-        exchange on every rank (:meth:`FrameExchange.exchange`; the caller then finishes the
-        collective locally from ``self._frames.last``).
+        Used as ``seq, inline = yield from self._begin(...)`` by a collective's steps: it posts
+        the signature exchange and yields it; the steps resume (see :meth:`_issue`) once the
+        caller waits, or the exchange completed. Returns the sequence number, and whether
+        ``payload`` travelled inside the exchange on every rank (:meth:`FrameExchange.complete`;
+        the caller then finishes the collective locally from ``self._frames.last``).
         """
         op = signature.op
         self._check_tensors(op, tensors)
+        self._settle()
         self._seq += 1
         seq = self._seq
         self._board.enter(seq)
-        if self._check or (op == "barrier" and self._size > 1):
-            inline = self._frames.exchange(
-                signature, seq, lambda: self._where(op, seq), lambda error: self._diagnose(op, seq, error),
-                payload, wanted,
-            )
-            return seq, inline
-        return seq, False
+        if not (self._check or (op == "barrier" and self._size > 1)):
+            return seq, False
+        diagnose = lambda error: self._diagnose(op, seq, error)  # noqa: E731
+        try:
+            posted = self._frames.post(signature, seq, payload, wanted)
+        except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
+            raise diagnose(error) from error
+        yield posted.work
+        return seq, self._frames.complete(posted, lambda: self._where(op, seq), diagnose)
+
+    def _issue(self, steps: Steps) -> dist.Work:
+        """Starts a collective's steps; returns its work, deferred if they wait for the exchange."""
+        try:
+            exchange = next(steps)
+        except StopIteration as done:
+            work: dist.Work = done.value
+        else:
+            collective = DeferredCollective(steps, exchange, lambda: self._alive)
+            self._pending = collective
+            watch(collective)
+            work = DeferredWork(collective)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    def _settle(self) -> None:
+        """Runs the steps of this group's previous collective, if they have not run: the next
+        exchange's frame size follows it, and gloo needs every rank's calls in one order."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.run()  # an error stays with that collective's work
 
     def _plan(self, dtype: torch.dtype, reduce_op: Any, op: str, seq: int) -> Reduction:
         key = (dtype, reduce_op_type(reduce_op))
@@ -241,10 +288,7 @@ class ProcessGroupNeuron:
 
     def _completed(self, result: Any) -> NeuronWork:
         """The handle of a collective that already finished (its data travelled in the exchange)."""
-        work = NeuronWork([], result)
-        if self._coalesced is not None:
-            self._coalesced.append(work)
-        return work
+        return NeuronWork([], result)
 
     def _diagnose(self, op: str, seq: int, error: BaseException) -> BaseException:
         """A clear error for a failed collective: what, which number, who did not arrive."""
@@ -257,10 +301,8 @@ class ProcessGroupNeuron:
             who = "could not tell which ranks did not arrive (the store is unreachable: its host rank may be gone)"
         elif missing:
             who = (
-                f"ranks that did not arrive: {[self._global_ranks[r] for r in missing]} (gone, hung, or "
-                f"still blocked in an earlier call: each collective waits at its start until every rank "
-                f"has issued it, so a rank waiting in a recv or in another group's collective for this "
-                f"one to be answered never arrives)"
+                f"ranks that did not arrive: {[self._global_ranks[r] for r in missing]} (gone, hung, "
+                f"or blocked in another call that waits for this rank)"
             )
         else:
             who = "every rank had arrived (one failed during the collective)"
@@ -287,16 +329,13 @@ class ProcessGroupNeuron:
             if isinstance(error, (ValueError, TypeError)):
                 raise
             raise self._diagnose(op, seq, error) from error
-        work = NeuronWork(
+        return NeuronWork(
             works if isinstance(works, list) else [works],
             result,
             finish=finish,
             diagnose=lambda error: self._diagnose(op, seq, error),
             keep=keep,
         )
-        if self._coalesced is not None:
-            self._coalesced.append(work)
-        return work
 
     # ---- reductions -------------------------------------------------------------------------
 
@@ -312,7 +351,8 @@ class ProcessGroupNeuron:
         opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
         return self._allreduce("all_reduce_coalesced", tensors, opts.reduceOp, opts.timeout)
 
-    def _allreduce(self, op: str, tensors: list[torch.Tensor], reduce_op: Any, timeout: timedelta) -> NeuronWork:
+    @_collective
+    def _allreduce(self, op: str, tensors: list[torch.Tensor], reduce_op: Any, timeout: timedelta) -> Steps:
         first = tensors[0]
         single = (
             len(tensors) == 1
@@ -324,7 +364,7 @@ class ProcessGroupNeuron:
             reduce_op=int(reduce_op_type(reduce_op)),
         )
         view = host_view(first) if single else None
-        seq, inline = self._begin(signature, tensors, view, _nbytes(first) if single else 0)
+        seq, inline = yield from self._begin(signature, tensors, view, _nbytes(first) if single else 0)
         plan = self._plan(first.dtype, reduce_op, op, seq)
         if inline:
             plan.reduce_rows(self._frames.last.rank_rows(first.dtype, 0, first.shape), view)
@@ -343,7 +383,8 @@ class ProcessGroupNeuron:
             op, seq, lambda: [self._gloo.allreduce([w], gloo_opts) for w in wires], tensors, tensors, finish
         )
 
-    def reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions | None = None) -> NeuronWork:
+    @_collective
+    def reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions | None = None) -> Steps:
         """Reduce to ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.ReduceOptions()
         tensor = tensors[0]
@@ -351,7 +392,7 @@ class ProcessGroupNeuron:
             "reduce", tensor.dtype, tuple(tensor.shape), root=opts.rootRank,
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
-        seq, _ = self._begin(signature, tensors)
+        seq, _ = yield from self._begin(signature, tensors)
         plan = self._plan(tensor.dtype, opts.reduceOp, "reduce", seq)
         view = host_view(tensor)
         wire = plan.to_wire(view)
@@ -366,12 +407,13 @@ class ProcessGroupNeuron:
             lambda: plan.from_wire(wire, view, divide=is_root),
         )
 
+    @_collective
     def reduce_scatter(
         self,
         outputs: list[torch.Tensor],
         input_lists: list[list[torch.Tensor]],
         opts: _c10d.ReduceScatterOptions | None = None,
-    ) -> NeuronWork:
+    ) -> Steps:
         """Reduce-scatter from a list of per-rank inputs."""
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         output = outputs[0]
@@ -379,7 +421,7 @@ class ProcessGroupNeuron:
             "reduce_scatter", output.dtype, tuple(output.shape),
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
-        seq, _ = self._begin(signature, [*outputs, *input_lists[0]])
+        seq, _ = yield from self._begin(signature, [*outputs, *input_lists[0]])
         plan = self._plan(output.dtype, opts.reduceOp, "reduce_scatter", seq)
         out_view = host_view(output)
         out_wire = plan.to_wire(out_view)
@@ -411,9 +453,10 @@ class ProcessGroupNeuron:
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
+    @_collective
     def _reduce_scatter_tensors(
         self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.ReduceScatterOptions
-    ) -> NeuronWork:
+    ) -> Steps:
         first = inputs[0]
         signature = Signature(
             op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs),
@@ -426,7 +469,7 @@ class ProcessGroupNeuron:
             chunk = out_view.numel()
             if in_view.numel() == chunk * self._size and in_view.dtype == out_view.dtype:
                 payload = in_view
-        seq, inline = self._begin(signature, [*outputs, *inputs], payload, _nbytes(first) if single else 0)
+        seq, inline = yield from self._begin(signature, [*outputs, *inputs], payload, _nbytes(first) if single else 0)
         plan = self._plan(first.dtype, opts.reduceOp, op, seq)
         if inline:
             plan.reduce_rows(self._frames.last.rank_rows(first.dtype, self._rank * chunk, out_view.shape), out_view)
@@ -455,44 +498,47 @@ class ProcessGroupNeuron:
 
     # ---- data movement ----------------------------------------------------------------------
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: _c10d.BroadcastOptions | None = None) -> NeuronWork:
+    @_collective
+    def broadcast(self, tensors: list[torch.Tensor], opts: _c10d.BroadcastOptions | None = None) -> Steps:
         """Broadcast from ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.BroadcastOptions()
         tensor = tensors[0]
         signature = Signature("broadcast", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
-        seq, _ = self._begin(signature, tensors)
+        seq, _ = yield from self._begin(signature, tensors)
         wires = _wires(host_views(tensors))
         return self._launch("broadcast", seq, lambda: self._gloo.broadcast(wires, opts), tensors, tensors)
 
+    @_collective
     def allgather(
         self,
         output_lists: list[list[torch.Tensor]],
         inputs: list[torch.Tensor],
         opts: _c10d.AllgatherOptions | None = None,
-    ) -> NeuronWork:
+    ) -> Steps:
         """All-gather into a list of per-rank outputs."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
         tensor = inputs[0]
-        seq, _ = self._begin(Signature("all_gather", tensor.dtype, tuple(tensor.shape)), [*inputs, *output_lists[0]])
+        seq, _ = yield from self._begin(Signature("all_gather", tensor.dtype, tuple(tensor.shape)), [*inputs, *output_lists[0]])
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
             "all_gather", seq, lambda: self._gloo.allgather(outs, ins, opts), output_lists, (output_lists, inputs)
         )
 
+    @_collective
     def allgather_coalesced(
         self,
         output_lists: list[list[torch.Tensor]],
         inputs: list[torch.Tensor],
         opts: _c10d.AllgatherOptions | None = None,
-    ) -> NeuronWork:
+    ) -> Steps:
         """Several list all-gathers as one collective."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
         tensor = inputs[0]
         signature = Signature(
             "all_gather_coalesced", tensor.dtype, tuple(tensor.shape), numel=sum(t.numel() for t in inputs)
         )
-        seq, _ = self._begin(signature, inputs)
+        seq, _ = yield from self._begin(signature, inputs)
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
@@ -521,9 +567,10 @@ class ProcessGroupNeuron:
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
+    @_collective
     def _all_gather_tensors(
         self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
-    ) -> NeuronWork:
+    ) -> Steps:
         first = inputs[0]
         single = len(inputs) == 1 and len(outputs) == 1 and self._check
         signature = Signature(op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs))
@@ -535,7 +582,7 @@ class ProcessGroupNeuron:
             if fits and small and out_view.is_contiguous():
                 payload = in_view
         nbytes = _nbytes(first)
-        seq, inline = self._begin(signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0)
+        seq, inline = yield from self._begin(signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0)
         if inline:
             _as_bytes(out_view).view(self._size, nbytes).copy_(self._frames.last.byte_rows(nbytes))
             return self._completed(outputs)
@@ -547,6 +594,7 @@ class ProcessGroupNeuron:
             outputs, (outputs, inputs),
         )
 
+    @_collective
     def all_to_all_single(
         self,
         output: torch.Tensor,
@@ -554,7 +602,7 @@ class ProcessGroupNeuron:
         output_split_sizes: list[int],
         input_split_sizes: list[int],
         opts: _c10d.AllToAllOptions | None = None,
-    ) -> NeuronWork:
+    ) -> Steps:
         """All-to-all of one flat tensor, split along dim 0 (equally when no split sizes are given)."""
         opts = opts if opts is not None else _c10d.AllToAllOptions()
         n = self.size()
@@ -564,7 +612,7 @@ class ProcessGroupNeuron:
             "all_to_all_single", input.dtype, tuple(input.shape[1:]), numel=input.numel(),
             in_splits=tuple(in_splits), out_splits=tuple(out_splits),
         )
-        seq, _ = self._begin(signature, [output, input])
+        seq, _ = yield from self._begin(signature, [output, input])
         out_view, in_view = host_view(output), host_view(input)
         if input.dtype not in _GLOO_DTYPES:  # move bytes: a row of each becomes a row of bytes
             out_view = out_view.reshape(_rows(output), -1).view(torch.uint8)
@@ -577,9 +625,10 @@ class ProcessGroupNeuron:
 
     alltoall_base = all_to_all_single
 
+    @_collective
     def alltoall(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllToAllOptions | None = None
-    ) -> NeuronWork:
+    ) -> Steps:
         """All-to-all of per-rank tensor lists."""
         opts = opts if opts is not None else _c10d.AllToAllOptions()
         first = inputs[0]
@@ -587,7 +636,7 @@ class ProcessGroupNeuron:
             "all_to_all", first.dtype, (), numel=sum(t.numel() for t in inputs),
             in_splits=tuple(t.numel() for t in inputs), out_splits=tuple(t.numel() for t in outputs),
         )
-        seq, _ = self._begin(signature, [*outputs, *inputs])
+        seq, _ = yield from self._begin(signature, [*outputs, *inputs])
         if len({t.numel() for t in (*inputs, *outputs)}) > 1:
             return self._uneven_alltoall(seq, outputs, inputs, opts)
         outs = _wires(host_views(outputs))
@@ -616,47 +665,51 @@ class ProcessGroupNeuron:
             outputs, (outputs, inputs, send, recv), finish,
         )
 
+    @_collective
     def gather(
         self,
         output_lists: list[list[torch.Tensor]],
         inputs: list[torch.Tensor],
         opts: _c10d.GatherOptions | None = None,
-    ) -> NeuronWork:
+    ) -> Steps:
         """Gather to ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.GatherOptions()
         tensor = inputs[0]
         signature = Signature("gather", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
-        seq, _ = self._begin(signature, [*inputs, *(t for ts in output_lists for t in ts)])
+        seq, _ = yield from self._begin(signature, [*inputs, *(t for ts in output_lists for t in ts)])
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
             "gather", seq, lambda: self._gloo.gather(outs, ins, opts), output_lists, (output_lists, inputs)
         )
 
+    @_collective
     def scatter(
         self,
         outputs: list[torch.Tensor],
         input_lists: list[list[torch.Tensor]],
         opts: _c10d.ScatterOptions | None = None,
-    ) -> NeuronWork:
+    ) -> Steps:
         """Scatter from ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.ScatterOptions()
         tensor = outputs[0]
         signature = Signature("scatter", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
-        seq, _ = self._begin(signature, [*outputs, *(t for ts in input_lists for t in ts)])
+        seq, _ = yield from self._begin(signature, [*outputs, *(t for ts in input_lists for t in ts)])
         outs = _wires(host_views(outputs))
         ins = [_wires(vs) for vs in host_view_lists(input_lists)]
         return self._launch(
             "scatter", seq, lambda: self._gloo.scatter(outs, ins, opts), outputs, (outputs, input_lists)
         )
 
-    def barrier(self, opts: _c10d.BarrierOptions | None = None) -> NeuronWork:
+    @_collective
+    def barrier(self, opts: _c10d.BarrierOptions | None = None) -> Steps:
         """Returns once every rank of the group entered the barrier (the signature exchange is one)."""
-        self._begin(Signature("barrier"), [])
+        yield from self._begin(Signature("barrier"), [])
         return NeuronWork([], [])
 
     def monitored_barrier(self, timeout: timedelta | None = None, wait_all_ranks: bool = False) -> None:
         """gloo's monitored barrier, which names the ranks that fail to respond."""
+        self._settle()
         if timeout is None:
             self._gloo.monitored_barrier(wait_all_ranks=wait_all_ranks)
         else:

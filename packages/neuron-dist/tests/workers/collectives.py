@@ -346,6 +346,17 @@ def mismatched_shapes_raise_on_every_rank() -> str:
     tensor = torch.ones(4, device=DEVICE)
     dist.all_reduce(tensor)  # the group is still in step
     _expect(tensor, torch.full((4,), float(WORLD)), "all_reduce after a mismatch")
+    # async: the error belongs to the handle, raised by wait(); the next collective still works
+    work = dist.all_reduce(torch.ones(4 if RANK == 0 else 8, device=DEVICE), async_op=True)
+    after = dist.all_reduce(torch.ones(3, device=DEVICE), async_op=True)
+    try:
+        work.wait()
+    except neuron_dist.CollectiveMismatchError as error:
+        assert "float32[4]" in str(error) and "float32[8]" in str(error), str(error)
+    else:
+        raise AssertionError("no error from wait() for mismatched async shapes")
+    assert work.is_completed() and not work.is_success() and work.exception() is not None
+    after.wait()
     return text
 
 
@@ -532,6 +543,44 @@ def collectives_pass_through_c10d_dispatcher_ops() -> dict[str, int]:
     expected = {c10d.allreduce_: 2, c10d._allgather_base_: 1, c10d._reduce_scatter_base_: 1, c10d.broadcast_: 1}
     assert dict(counts) == expected, counts
     return {str(op): n for op, n in counts.items()}
+
+
+@cases.case
+def async_collectives_return_before_other_ranks_issue_them() -> None:
+    """As with gloo and NCCL, ``async_op=True`` returns at once: rank 0 can issue an all_reduce,
+    then send to rank 1, which receives before it joins the all_reduce; and ranks may issue
+    async collectives on two groups in opposite orders. (They waited at issue for every rank
+    until the group's timeout.)"""
+    timeout = datetime.timedelta(seconds=30)  # a regression fails with a timeout, not a hang
+    first, second = dist.new_group(timeout=timeout), dist.new_group(timeout=timeout)
+    for n in (8, 1 << 20):  # travels inside the signature exchange; needs gloo's collective after it
+        t = torch.full((n,), float(RANK + 1), device=DEVICE)
+        if RANK == 0:
+            work = dist.all_reduce(t, group=first, async_op=True)
+            dist.send(torch.full((3,), 5.0, device=DEVICE), dst=1, group=first)
+            work.wait()
+        elif RANK == 1:
+            got = torch.empty(3, device=DEVICE)
+            dist.recv(got, src=0, group=first)
+            _expect(got, torch.full((3,), 5.0), "recv between the ranks' all_reduce calls")
+            dist.all_reduce(t, group=first)
+        else:
+            dist.all_reduce(t, group=first)
+        _expect(t, torch.full((n,), float(sum(range(1, WORLD + 1)))), f"all_reduce of {n} issued before a send")
+
+        a = torch.full((n,), float(RANK + 1), device=DEVICE)
+        b = torch.full((n,), float(2 * RANK), device=DEVICE)
+        if RANK % 2 == 0:
+            works = [dist.all_reduce(a, group=first, async_op=True), dist.all_reduce(b, group=second, async_op=True)]
+        else:
+            works = [dist.all_reduce(b, group=second, async_op=True), dist.all_reduce(a, group=first, async_op=True)]
+        assert not any(w.is_completed() and w.exception() is not None for w in works)
+        for work in reversed(works):
+            work.wait()
+        _expect(a, torch.full((n,), float(sum(range(1, WORLD + 1)))), f"group A all_reduce of {n}")
+        _expect(b, torch.full((n,), float(sum(2 * r for r in range(WORLD)))), f"group B all_reduce of {n}")
+    _destroy_when_every_rank_is_done(first)
+    _destroy_when_every_rank_is_done(second)
 
 
 @cases.case

@@ -85,5 +85,25 @@ def monitored_barrier_names_the_rank_that_did_not_arrive() -> str | None:
     raise AssertionError("monitored_barrier did not report the missing rank")
 
 
+@cases.case
+def unwaited_async_collective_finishes_before_exit() -> str | None:
+    """A rank that issues an async collective and exits without waiting (or destroying the
+    group) still takes part in it, as with gloo, which finishes queued work before the process
+    ends: the others, issuing it later, get the result instead of a closed connection."""
+    if SCENARIO != "unwaited":
+        return None
+    tensor = torch.full((1 << 20,), float(RANK + 1), device=DEVICE)  # too big to travel in the exchange
+    if RANK == WORLD - 1:
+        dist.all_reduce(tensor, async_op=True)
+        return "issued"  # the process then exits normally, below
+    time.sleep(1.0)  # the last rank is exiting by now
+    dist.all_reduce(tensor)
+    expected = float(sum(range(1, WORLD + 1)))
+    assert tensor.min().item() == expected and tensor.max().item() == expected, tensor[:4]
+    return "reduced"
+
+
 cases.run()
+if SCENARIO == "unwaited":
+    sys.exit(0)  # a normal exit (atexit handlers run), without destroy_process_group
 os._exit(0)  # skip destroy_process_group: the group is broken on purpose

@@ -1,0 +1,248 @@
+"""Collectives that return before the other ranks have issued them (``async_op=True``).
+
+A checked collective starts with an all-gather of signatures (:mod:`neuron_dist._frames`).
+Waiting for it when the collective is issued would hold a rank until every rank has issued the
+same collective, which gloo and NCCL do not do: a rank may issue an async all_reduce and then
+send to a rank that receives before it joins the all_reduce, or issue async collectives on two
+groups in the opposite order of another rank. So the process group writes each collective as
+*steps*: a generator that posts the exchange, yields, and once resumed checks the signatures
+and finishes or launches the data movement, returning its :class:`NeuronWork`.
+
+:class:`DeferredCollective` resumes the steps exactly once, on whichever thread needs them
+first: the caller's, in ``wait()`` (a synchronous collective resumes at once, on its own thread,
+as before); the group's next collective (frame sizes and gloo's order depend on it); or, when
+the caller goes on with other work, the progress thread, once the exchange has completed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+from collections.abc import Generator
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from neuron_dist._work import NeuronWork
+
+__all__ = ["DeferredCollective", "DeferredWork", "Steps"]
+
+# What a collective's steps yield (the posted exchange) and return (the collective's work).
+Steps = Generator[dist.Work, None, NeuronWork]
+
+_POLL_SECONDS = 0.002  # how often the progress thread looks at exchanges nobody waits for
+_LINGER_SECONDS = 1.0  # how long it keeps looking after the last one, before it sleeps
+
+
+class DeferredCollective:
+    """One collective whose signature exchange is in flight; its steps run once, on any thread."""
+
+    def __init__(self, steps: Steps, exchange: dist.Work, group_alive: Any) -> None:
+        self._steps: Steps | None = steps
+        self._exchange = exchange
+        self._group_alive = group_alive  # () -> bool: False once the group is shut down
+        self._lock = threading.Lock()
+        self._claimed = False
+        self._finished = threading.Event()
+        self.work: NeuronWork | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def claimed(self) -> bool:
+        """Whether some thread has started (or finished) the steps."""
+        return self._claimed
+
+    @property
+    def finished(self) -> bool:
+        """Whether the steps have run: :attr:`work` or :attr:`error` is set."""
+        return self._finished.is_set()
+
+    def exchanged(self) -> bool:
+        """Whether the signature exchange completed (successfully or not), without waiting."""
+        return self._exchange.is_completed() or not self._group_alive()
+
+    def run(self) -> None:
+        """Runs the steps on this thread, or waits until the thread that claimed them is done."""
+        with self._lock:
+            mine = not self._claimed
+            self._claimed = True
+        if not mine:
+            self._finished.wait()
+            return
+        steps, self._steps = self._steps, None
+        try:
+            steps.send(None)  # type: ignore[union-attr]
+        except StopIteration as done:
+            self.work = done.value
+        except BaseException as error:  # noqa: BLE001 (re-raised by result() on the caller's thread)
+            self.error = error
+        else:
+            steps.close()  # type: ignore[union-attr]
+            self.error = RuntimeError("neuron: internal error: a collective's steps yielded twice")
+        finally:
+            self._finished.set()
+
+    def result(self) -> NeuronWork:
+        """The collective's work, once its steps ran; raises the error they raised."""
+        self.run()
+        if self.error is not None:
+            raise self.error
+        assert self.work is not None
+        return self.work
+
+
+class DeferredWork(dist.Work):
+    """The handle returned for a :class:`DeferredCollective`: each query runs the steps if needed."""
+
+    def __init__(self, collective: DeferredCollective) -> None:
+        super().__init__()
+        self._collective = collective
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        """Blocks until the collective completed; raises a diagnosed error if it failed."""
+        return self._collective.result().wait(timeout)
+
+    def is_completed(self) -> bool:
+        """Whether the collective finished (successfully or not); never blocks."""
+        collective = self._collective
+        if not collective.finished:
+            if not collective.exchanged():
+                return False
+            collective.run()
+        return collective.error is not None or collective.work.is_completed()  # type: ignore[union-attr]
+
+    def is_success(self) -> bool:
+        """Whether the collective finished without error."""
+        return self.is_completed() and self._collective.error is None and self._collective.work.is_success()  # type: ignore[union-attr]
+
+    def exception(self) -> BaseException | None:
+        """The collective's error, if it failed."""
+        collective = self._collective
+        if not collective.finished:
+            return None
+        return collective.error if collective.error is not None else collective.work.exception()  # type: ignore[union-attr]
+
+    def get_future(self) -> torch.futures.Future:
+        """A future completed with the collective's result (runs the steps now if needed)."""
+        try:
+            work = self._collective.result()
+        except BaseException as error:  # noqa: BLE001 (delivered through the future)
+            future: torch.futures.Future = torch.futures.Future()
+            future.set_exception(error)
+            return future
+        return work.get_future()
+
+    def result(self) -> Any:
+        """The collective's output tensors."""
+        return self._collective.result().result()
+
+    def source_rank(self) -> int:
+        """Not a receive: collectives have no single source."""
+        return self._collective.result().source_rank()
+
+    def _source_rank(self) -> int:
+        return self.source_rank()
+
+    def synchronize(self) -> None:
+        """Same as :meth:`wait` (execution is synchronous on the emulated device)."""
+        self.wait()
+
+
+class _Progress:
+    """The daemon thread that runs the steps of collectives nobody waits for yet.
+
+    It looks every few milliseconds, and only while such collectives exist (plus a linger, so a
+    training loop's steady stream of collectives never has to wake it up).
+    """
+
+    _instance: _Progress | None = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._pending: list[DeferredCollective] = []
+        self._wake = threading.Condition()
+        self._idle = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="neuron-dist-progress", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def instance(cls) -> _Progress:
+        with cls._instance_lock:
+            if cls._instance is None or not cls._instance._thread.is_alive():
+                cls._instance = cls()
+            return cls._instance
+
+    def add(self, collective: DeferredCollective) -> None:
+        with self._wake:
+            self._pending.append(collective)
+            if self._idle:
+                self._wake.notify()
+
+    @classmethod
+    def stop(cls) -> None:
+        """Stops and joins the thread at exit (see ``_arrivals._Publisher.stop`` for why)."""
+        with cls._instance_lock:
+            progress = cls._instance
+        if progress is not None:
+            progress.drain()
+            with progress._wake:
+                progress._stop = True
+                progress._wake.notify()
+            progress._thread.join(timeout=1.0)
+
+    def drain(self) -> None:
+        """Runs, on this thread, the steps of every collective nobody waited for (at exit: as
+        gloo finishes its queued work before a process ends, other ranks may be waiting for
+        their data). Waits for their exchanges, up to each group's timeout."""
+        with self._wake:
+            pending, self._pending = self._pending, []
+        for collective in pending:
+            if not collective.claimed:
+                collective.run()
+
+    def _run(self) -> None:
+        quiet_since = time.monotonic()
+        while True:
+            with self._wake:
+                if not self._pending and time.monotonic() - quiet_since > _LINGER_SECONDS:
+                    self._idle = True
+                    while not self._pending and not self._stop:
+                        self._wake.wait()
+                    self._idle = False
+                if self._stop:
+                    return
+            time.sleep(_POLL_SECONDS)
+            with self._wake:
+                pending, self._pending = self._pending, []
+            keep = []
+            for collective in pending:
+                if collective.claimed:
+                    continue
+                if collective.exchanged():
+                    collective.run()  # errors are kept for the caller's wait()
+                else:
+                    keep.append(collective)
+            if keep:
+                with self._wake:
+                    self._pending.extend(keep)
+            if pending:
+                quiet_since = time.monotonic()
+
+
+def watch(collective: DeferredCollective) -> None:
+    """Makes sure ``collective``'s steps run once its exchange completes, even if nobody waits."""
+    _Progress.instance().add(collective)
+
+
+def _forget_after_fork() -> None:
+    _Progress._instance = None  # the thread did not survive the fork
+    _Progress._instance_lock = threading.Lock()
+
+
+atexit.register(_Progress.stop)
+os.register_at_fork(after_in_child=_forget_after_fork)
