@@ -10,8 +10,11 @@ and finishes or launches the data movement, returning its :class:`NeuronWork`.
 
 :class:`DeferredCollective` resumes the steps exactly once, on whichever thread needs them
 first: the caller's, in ``wait()`` (a synchronous collective resumes at once, on its own thread,
-as before); the group's next collective (frame sizes and gloo's order depend on it); or, when
-the caller goes on with other work, the progress thread, once the exchange has completed.
+as before), or, when the caller goes on with other work, the progress thread, once the
+exchange has completed. A group has one exchange in flight at a time (the next frame's size
+follows the last exchange, and gloo needs every rank's calls in one order): a collective
+issued before the previous one's steps ran is queued, and posted by the thread that finishes
+them.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import atexit
 import os
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from datetime import timedelta
 from typing import Any
 
@@ -39,21 +42,47 @@ _LINGER_SECONDS = 1.0  # how long it keeps looking after the last one, before it
 
 
 class DeferredCollective:
-    """One collective whose signature exchange is in flight; its steps run once, on any thread."""
+    """One issued collective; its steps run once, on any thread, after those of the group's
+    previous collective.
 
-    def __init__(self, steps: Steps, exchange: dist.Work, group_alive: Any) -> None:
+    A group has one exchange in flight at a time (the next frame's size follows it, and gloo
+    needs every rank's calls in one order), so a collective issued while the previous one's
+    steps have not run is *queued*: its exchange is posted by whichever thread finishes the
+    previous one's steps. Issuing never waits for other ranks.
+    """
+
+    def __init__(self, steps: Steps, group_alive: Callable[[], bool]) -> None:
         self._steps: Steps | None = steps
-        self._exchange = exchange
-        self._group_alive = group_alive  # () -> bool: False once the group is shut down
+        self._exchange: dist.Work | None = None
+        self._group_alive = group_alive  # False once the group is shut down
         self._lock = threading.Lock()
         self._claimed = False
+        self._posted = threading.Event()
         self._finished = threading.Event()
+        self._previous: DeferredCollective | None = None  # set while queued behind it
+        self._next: DeferredCollective | None = None
+        self._done = False  # steps finished; a collective queued behind this one may post
         self.work: NeuronWork | None = None
         self.error: BaseException | None = None
 
+    def posted(self, exchange: dist.Work) -> None:
+        """The steps ran up to their exchange on the issuing thread (nothing queued before them)."""
+        self._exchange = exchange
+        self._posted.set()
+        watch(self)
+
+    def queue_behind(self, previous: DeferredCollective) -> bool:
+        """Queues this collective behind ``previous``; False if ``previous``'s steps already ran."""
+        with previous._lock:
+            if previous._done:
+                return False
+            previous._next = self
+            self._previous = previous
+            return True
+
     @property
     def claimed(self) -> bool:
-        """Whether some thread has started (or finished) the steps."""
+        """Whether some thread has started (or finished) the steps after the exchange."""
         return self._claimed
 
     @property
@@ -63,10 +92,21 @@ class DeferredCollective:
 
     def exchanged(self) -> bool:
         """Whether the signature exchange completed (successfully or not), without waiting."""
+        if self._exchange is None:
+            return False
         return self._exchange.is_completed() or not self._group_alive()
 
     def run(self) -> None:
-        """Runs the steps on this thread, or waits until the thread that claimed them is done."""
+        """Runs the steps on this thread (and, first, those of the collectives queued before
+        it), or waits until the thread that claimed them is done."""
+        earlier = []
+        previous = self._previous
+        while previous is not None and not previous.finished:
+            earlier.append(previous)
+            previous = previous._previous
+        for collective in reversed(earlier):
+            collective.run()
+        self._posted.wait()  # set by whoever finished the previous collective
         with self._lock:
             mine = not self._claimed
             self._claimed = True
@@ -84,7 +124,32 @@ class DeferredCollective:
             steps.close()  # type: ignore[union-attr]
             self.error = RuntimeError("neuron: internal error: a collective's steps yielded twice")
         finally:
-            self._finished.set()
+            self._finish()
+
+    def _finish(self) -> None:
+        self._previous = None
+        self._finished.set()
+        with self._lock:
+            self._done = True
+            queued, self._next = self._next, None
+        if queued is not None:
+            queued._post()
+
+    def _post(self) -> None:
+        """Runs a queued collective's steps up to their exchange (the previous one's are done)."""
+        try:
+            exchange = next(self._steps)  # type: ignore[arg-type]
+        except StopIteration as done:  # finished without an exchange
+            self.work = done.value
+        except BaseException as error:  # noqa: BLE001 (a bad argument: raised by wait())
+            self.error = error
+        else:
+            self.posted(exchange)
+            return
+        self._steps = None
+        self._claimed = True
+        self._posted.set()
+        self._finish()
 
     def result(self) -> NeuronWork:
         """The collective's work, once its steps ran; raises the error they raised."""
@@ -199,11 +264,14 @@ class _Progress:
         """Runs, on this thread, the steps of every collective nobody waited for (at exit: as
         gloo finishes its queued work before a process ends, other ranks may be waiting for
         their data). Waits for their exchanges, up to each group's timeout."""
-        with self._wake:
-            pending, self._pending = self._pending, []
-        for collective in pending:
-            if not collective.claimed:
-                collective.run()
+        while True:
+            with self._wake:
+                pending, self._pending = self._pending, []
+            if not pending:
+                return
+            for collective in pending:  # running one posts the collective queued behind it
+                if not collective.claimed:
+                    collective.run()
 
     def _run(self) -> None:
         quiet_since = time.monotonic()

@@ -32,7 +32,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from neuron_dist._arrivals import ArrivalBoard
 from neuron_dist._config import config
-from neuron_dist._deferred import DeferredCollective, DeferredWork, Steps, watch
+from neuron_dist._deferred import DeferredCollective, DeferredWork, Steps
 from neuron_dist._errors import CollectivePeerError, CollectiveTimeoutError, UnsupportedDeviceError
 from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
@@ -140,7 +140,7 @@ class ProcessGroupNeuron:
         self._all_gather_inline = min(inline_bytes, _ALL_GATHER_INLINE_BYTES)
         self._plans: dict[tuple[torch.dtype, Any], Reduction] = {}
         self._coalesced: list[dist.Work] | None = None
-        self._pending: DeferredCollective | None = None  # the last collective whose steps may not have run
+        self._last: DeferredCollective | None = None  # the last collective issued with an exchange
         self._alive = True
 
     # ---- identity and lifecycle (called by the C++ Backend) ---------------------------------
@@ -231,7 +231,6 @@ class ProcessGroupNeuron:
         """
         op = signature.op
         self._check_tensors(op, tensors)
-        self._settle()
         self._seq += 1
         seq = self._seq
         self._board.enter(seq)
@@ -246,26 +245,31 @@ class ProcessGroupNeuron:
         return seq, self._frames.complete(posted, lambda: self._where(op, seq), diagnose)
 
     def _issue(self, steps: Steps) -> dist.Work:
-        """Starts a collective's steps; returns its work, deferred if they wait for the exchange."""
-        try:
-            exchange = next(steps)
-        except StopIteration as done:
-            work: dist.Work = done.value
+        """Starts a collective's steps, or queues them behind the group's previous collective if
+        its steps have not run; returns the work (deferred while the steps wait for an exchange)."""
+        collective = DeferredCollective(steps, lambda: self._alive)
+        if self._last is not None and collective.queue_behind(self._last):
+            work: dist.Work = DeferredWork(collective)
+            self._last = collective
         else:
-            collective = DeferredCollective(steps, exchange, lambda: self._alive)
-            self._pending = collective
-            watch(collective)
-            work = DeferredWork(collective)
+            try:
+                exchange = next(steps)
+            except StopIteration as done:
+                work = done.value
+                self._last = None
+            else:
+                collective.posted(exchange)
+                work = DeferredWork(collective)
+                self._last = collective
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
 
     def _settle(self) -> None:
-        """Runs the steps of this group's previous collective, if they have not run: the next
-        exchange's frame size follows it, and gloo needs every rank's calls in one order."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.run()  # an error stays with that collective's work
+        """Runs the steps of this group's collectives that nobody waited for yet, in order."""
+        last, self._last = self._last, None
+        if last is not None:
+            last.run()  # errors stay with each collective's work
 
     def _plan(self, dtype: torch.dtype, reduce_op: Any, op: str, seq: int) -> Reduction:
         key = (dtype, reduce_op_type(reduce_op))

@@ -547,10 +547,10 @@ def collectives_pass_through_c10d_dispatcher_ops() -> dict[str, int]:
 
 @cases.case
 def async_collectives_return_before_other_ranks_issue_them() -> None:
-    """As with gloo and NCCL, ``async_op=True`` returns at once: rank 0 can issue an all_reduce,
-    then send to rank 1, which receives before it joins the all_reduce; and ranks may issue
-    async collectives on two groups in opposite orders. (They waited at issue for every rank
-    until the group's timeout.)"""
+    """As with gloo and NCCL, ``async_op=True`` returns at once: rank 0 can issue all_reduces,
+    then send to rank 1, which receives before it joins them; and ranks may issue async
+    collectives on two groups in opposite orders. (They waited at issue for every rank until
+    the group's timeout.)"""
     timeout = datetime.timedelta(seconds=30)  # a regression fails with a timeout, not a hang
     first, second = dist.new_group(timeout=timeout), dist.new_group(timeout=timeout)
     for n in (8, 1 << 20):  # travels inside the signature exchange; needs gloo's collective after it
@@ -567,6 +567,21 @@ def async_collectives_return_before_other_ranks_issue_them() -> None:
         else:
             dist.all_reduce(t, group=first)
         _expect(t, torch.full((n,), float(sum(range(1, WORLD + 1)))), f"all_reduce of {n} issued before a send")
+
+        # several on one group: the later ones queue behind the first's exchange, not at issue
+        ts = [torch.full((size,), float(RANK + 1), device=DEVICE) for size in (n, 8, n)]
+        if RANK == 0:
+            works = [dist.all_reduce(x, group=first, async_op=True) for x in ts]
+            dist.send(torch.full((3,), 5.0, device=DEVICE), dst=1, group=first)
+            for work in reversed(works):
+                work.wait()
+        else:
+            if RANK == 1:
+                dist.recv(torch.empty(3, device=DEVICE), src=0, group=first)
+            for x in ts:
+                dist.all_reduce(x, group=first)
+        for x in ts:
+            _expect(x, torch.full(x.shape, float(sum(range(1, WORLD + 1)))), f"queued all_reduce of {x.numel()}")
 
         a = torch.full((n,), float(RANK + 1), device=DEVICE)
         b = torch.full((n,), float(2 * RANK), device=DEVICE)
