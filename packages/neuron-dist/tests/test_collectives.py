@@ -54,3 +54,10 @@ def test_collective(run: tuple[int, list[dict]], case: str) -> None:
         assert values == list(range(world))
     if case == "hsdp_on_2x2_mesh_matches_single_device":
         assert (values[0] is None) == (world != 4), values
+
+
+def test_async_collectives_under_distributed_debug_detail(tmp_path) -> None:
+    """torch's DETAIL wrapper compares each call's sequence number across ranks at issue."""
+    proc = launch("debug_detail.py", tmp_path, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    values = assert_case(results(tmp_path, 2, proc), "back_to_back_async_collectives_keep_ranks_in_step")
+    assert values[0] == values[1] >= 150, values

@@ -62,14 +62,53 @@ class DeferredCollective:
         self._previous: DeferredCollective | None = None  # set while queued behind it
         self._next: DeferredCollective | None = None
         self._done = False  # steps finished; a collective queued behind this one may post
+        self._on_finish: list[Callable[[], None]] = []
+        self._prompt = False  # run the steps as soon as the exchange completes (a future is out)
+        self._exchange_done = False  # set from gloo's thread when _prompt asked for it
         self.work: NeuronWork | None = None
         self.error: BaseException | None = None
 
+    def start(self) -> dist.Work:
+        """Runs the steps up to their exchange (raises StopIteration if they finished without one)."""
+        return next(self._steps)  # type: ignore[arg-type]
+
     def posted(self, exchange: dist.Work) -> None:
         """The steps ran up to their exchange on the issuing thread (nothing queued before them)."""
-        self._exchange = exchange
+        with self._lock:
+            self._exchange = exchange
+            prompt = self._prompt
         self._posted.set()
         watch(self)
+        if prompt:
+            self._run_on_exchange(exchange)
+
+    def when_finished(self, callback: Callable[[], None]) -> None:
+        """Calls ``callback`` once the steps have run (now, if they have)."""
+        with self._lock:
+            if not self._finished.is_set():
+                self._on_finish.append(callback)
+                return
+        callback()
+
+    def run_when_exchanged(self) -> None:
+        """Runs the steps as soon as the exchange completes, on the transport's thread, instead
+        of waiting for a caller or the progress thread (someone holds a future of the result)."""
+        with self._lock:
+            if self._prompt:
+                return
+            self._prompt = True
+            exchange = self._exchange
+        if exchange is not None:
+            self._run_on_exchange(exchange)
+
+    def _run_on_exchange(self, exchange: dist.Work) -> None:
+        # The callback runs on gloo's thread before gloo marks the work completed: the steps,
+        # which wait for the work, run on the progress thread, woken now.
+        def exchange_completed(_: torch.futures.Future) -> None:
+            self._exchange_done = True
+            _Progress.instance().kick()
+
+        exchange.get_future().add_done_callback(exchange_completed)
 
     def queue_behind(self, previous: DeferredCollective) -> bool:
         """Queues this collective behind ``previous``; False if ``previous``'s steps already ran."""
@@ -94,7 +133,7 @@ class DeferredCollective:
         """Whether the signature exchange completed (successfully or not), without waiting."""
         if self._exchange is None:
             return False
-        return self._exchange.is_completed() or not self._group_alive()
+        return self._exchange_done or self._exchange.is_completed() or not self._group_alive()
 
     def run(self) -> None:
         """Runs the steps on this thread (and, first, those of the collectives queued before
@@ -128,17 +167,20 @@ class DeferredCollective:
 
     def _finish(self) -> None:
         self._previous = None
-        self._finished.set()
         with self._lock:
+            self._finished.set()
             self._done = True
             queued, self._next = self._next, None
+            callbacks, self._on_finish = self._on_finish, []
+        for callback in callbacks:
+            callback()
         if queued is not None:
             queued._post()
 
     def _post(self) -> None:
         """Runs a queued collective's steps up to their exchange (the previous one's are done)."""
         try:
-            exchange = next(self._steps)  # type: ignore[arg-type]
+            exchange = self.start()
         except StopIteration as done:  # finished without an exchange
             self.work = done.value
         except BaseException as error:  # noqa: BLE001 (a bad argument: raised by wait())
@@ -166,6 +208,7 @@ class DeferredWork(dist.Work):
     def __init__(self, collective: DeferredCollective) -> None:
         super().__init__()
         self._collective = collective
+        self._future: torch.futures.Future | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Blocks until the collective completed; raises a diagnosed error if it failed."""
@@ -192,14 +235,30 @@ class DeferredWork(dist.Work):
         return collective.error if collective.error is not None else collective.work.exception()  # type: ignore[union-attr]
 
     def get_future(self) -> torch.futures.Future:
-        """A future completed with the collective's result (runs the steps now if needed)."""
-        try:
-            work = self._collective.result()
-        except BaseException as error:  # noqa: BLE001 (delivered through the future)
-            future: torch.futures.Future = torch.futures.Future()
-            future.set_exception(error)
-            return future
-        return work.get_future()
+        """A future completed with the collective's result; does not wait for the other ranks
+        (the steps run as soon as the exchange completes, on whichever thread sees it first)."""
+        if self._future is not None:
+            return self._future
+        collective = self._collective
+        future: torch.futures.Future = torch.futures.Future()
+        self._future = future
+
+        def deliver() -> None:
+            if collective.error is not None:
+                future.set_exception(collective.error)
+                return
+
+            def transfer(done: torch.futures.Future) -> None:
+                try:
+                    future.set_result(done.value())
+                except BaseException as error:  # noqa: BLE001 (delivered through the future)
+                    future.set_exception(error)
+
+            collective.work.get_future().add_done_callback(transfer)  # type: ignore[union-attr]
+
+        collective.when_finished(deliver)
+        collective.run_when_exchanged()
+        return future
 
     def result(self) -> Any:
         """The collective's output tensors."""
@@ -231,6 +290,7 @@ class _Progress:
         self._pending: list[DeferredCollective] = []
         self._wake = threading.Condition()
         self._idle = False
+        self._kicked = False
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="neuron-dist-progress", daemon=True)
         self._thread.start()
@@ -247,6 +307,12 @@ class _Progress:
             self._pending.append(collective)
             if self._idle:
                 self._wake.notify()
+
+    def kick(self) -> None:
+        """Look now: an exchange somebody holds a future of has completed."""
+        with self._wake:
+            self._kicked = True
+            self._wake.notify()
 
     @classmethod
     def stop(cls) -> None:
@@ -284,8 +350,10 @@ class _Progress:
                     self._idle = False
                 if self._stop:
                     return
-            time.sleep(_POLL_SECONDS)
             with self._wake:
+                if not self._kicked:
+                    self._wake.wait(_POLL_SECONDS)
+                self._kicked = False
                 pending, self._pending = self._pending, []
             keep = []
             for collective in pending:

@@ -131,7 +131,8 @@ class ProcessGroupNeuron:
         self._board = ArrivalBoard(store, rank, size)
         self._rank = rank
         self._size = size
-        self._seq = 0
+        self._seq = 0  # collectives issued (a collective's number is taken when it is issued)
+        self._posting = 0  # the number of the collective whose steps are starting
         self._group_name = ""
         self._check = config.check_signatures and size > 1
         inline_bytes = config.inline_bytes if self._check else 0
@@ -231,8 +232,7 @@ class ProcessGroupNeuron:
         """
         op = signature.op
         self._check_tensors(op, tensors)
-        self._seq += 1
-        seq = self._seq
+        seq = self._posting
         self._board.enter(seq)
         if not (self._check or (op == "barrier" and self._size > 1)):
             return seq, False
@@ -245,18 +245,24 @@ class ProcessGroupNeuron:
         return seq, self._frames.complete(posted, lambda: self._where(op, seq), diagnose)
 
     def _issue(self, steps: Steps) -> dist.Work:
-        """Starts a collective's steps, or queues them behind the group's previous collective if
-        its steps have not run; returns the work (deferred while the steps wait for an exchange)."""
-        collective = DeferredCollective(steps, lambda: self._alive)
+        """Numbers a collective and starts its steps, or queues them behind the group's previous
+        collective if its steps have not run; returns the work (deferred while the steps wait
+        for an exchange). The number is taken here, so ``_get_sequence_number_for_group`` (what
+        ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprints calls with) counts every issued call."""
+        self._seq += 1
+        collective = DeferredCollective(self._numbered(steps, self._seq), lambda: self._alive)
         if self._last is not None and collective.queue_behind(self._last):
             work: dist.Work = DeferredWork(collective)
             self._last = collective
         else:
             try:
-                exchange = next(steps)
+                exchange = collective.start()
             except StopIteration as done:
                 work = done.value
                 self._last = None
+            except BaseException:
+                self._seq -= 1  # refused before anything was sent (a bad argument): not issued
+                raise
             else:
                 collective.posted(exchange)
                 work = DeferredWork(collective)
@@ -264,6 +270,11 @@ class ProcessGroupNeuron:
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
+
+    def _numbered(self, steps: Steps, seq: int) -> Steps:
+        """``steps``, started with ``seq`` as the number :meth:`_begin` gives the collective."""
+        self._posting = seq
+        return (yield from steps)
 
     def _settle(self) -> None:
         """Runs the steps of this group's collectives that nobody waited for yet, in order."""

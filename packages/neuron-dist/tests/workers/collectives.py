@@ -568,6 +568,20 @@ def async_collectives_return_before_other_ranks_issue_them() -> None:
             dist.all_reduce(t, group=first)
         _expect(t, torch.full((n,), float(sum(range(1, WORLD + 1)))), f"all_reduce of {n} issued before a send")
 
+        # the same with the work's future, which DDP's communication hooks take
+        t = torch.full((n,), float(RANK + 1), device=DEVICE)
+        if RANK == 0:
+            future = dist.all_reduce(t, group=first, async_op=True).get_future()
+            dist.send(torch.full((3,), 5.0, device=DEVICE), dst=1, group=first)
+            (reduced,) = future.wait()
+            assert reduced is t
+        elif RANK == 1:
+            dist.recv(torch.empty(3, device=DEVICE), src=0, group=first)
+            dist.all_reduce(t, group=first)
+        else:
+            dist.all_reduce(t, group=first)
+        _expect(t, torch.full((n,), float(sum(range(1, WORLD + 1)))), f"future of an all_reduce of {n}")
+
         # several on one group: the later ones queue behind the first's exchange, not at issue
         ts = [torch.full((size,), float(RANK + 1), device=DEVICE) for size in (n, 8, n)]
         if RANK == 0:

@@ -1,0 +1,42 @@
+"""Collectives under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: torch wraps the backend in its
+``ProcessGroupWrapper``, which fingerprints every call with the backend's sequence number at
+issue and compares it across ranks (through its own gloo group) before the call runs."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from _cases import Cases
+
+cases = Cases()
+dist.init_process_group("neuron")
+RANK, WORLD = dist.get_rank(), dist.get_world_size()
+DEVICE = torch.device("neuron", torch.neuron.current_device())
+
+
+@cases.case
+def back_to_back_async_collectives_keep_ranks_in_step() -> int:
+    """Async calls queued behind one another are numbered when issued, as the wrapper expects
+    (numbering them when their exchange started made the ranks' numbers depend on timing, and
+    the wrapper reported a mismatch between identical programs)."""
+    assert type(dist.group.WORLD._get_backend(DEVICE)).__name__ == "_ProcessGroupWrapper"
+    for iteration in range(50):
+        x = torch.full((4,), float(RANK + 1), device=DEVICE)
+        gathered = torch.zeros(4 * WORLD, device=DEVICE)
+        scattered = torch.zeros(4, device=DEVICE)
+        works = [
+            dist.all_reduce(x, async_op=True),
+            dist.all_gather_into_tensor(gathered, torch.full((4,), float(RANK), device=DEVICE), async_op=True),
+            dist.reduce_scatter_tensor(scattered, torch.ones(4 * WORLD, device=DEVICE), async_op=True),
+        ]
+        for work in works:
+            work.wait()
+        assert torch.equal(x.cpu(), torch.full((4,), float(sum(range(1, WORLD + 1))))), (iteration, x)
+        assert torch.equal(gathered.cpu(), torch.arange(WORLD).repeat_interleave(4).float()), (iteration, gathered)
+        assert torch.equal(scattered.cpu(), torch.full((4,), float(WORLD))), (iteration, scattered)
+    return dist.group.WORLD._get_backend(DEVICE)._get_sequence_number_for_group()
+
+
+cases.run()
+dist.destroy_process_group()
