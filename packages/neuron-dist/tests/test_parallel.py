@@ -10,6 +10,7 @@ CASES = [
     "ddp_matches_single_device",
     "ddp_device_ids_moves_cpu_inputs",
     "ddp_bf16_compress_hook",
+    "ddp_power_sgd_hook_matches_gloo",
     "ddp_compiled_runs_the_backend_outside_dynamo",
     "ddp_records_runtime_stats",
     "sync_batch_norm_matches_single_device_batch_norm",

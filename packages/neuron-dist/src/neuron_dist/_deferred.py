@@ -20,6 +20,7 @@ them.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ Steps = Generator[dist.Work, None, NeuronWork]
 
 _POLL_SECONDS = 0.002  # how often the progress thread looks at exchanges nobody waits for
 _LINGER_SECONDS = 1.0  # how long it keeps looking after the last one, before it sleeps
+_DELIVERY_THREADS = 8  # how deep future callbacks that wait on other collectives may nest
 
 
 class DeferredCollective:
@@ -243,18 +245,23 @@ class DeferredWork(dist.Work):
         future: torch.futures.Future = torch.futures.Future()
         self._future = future
 
+        def transfer(done: torch.futures.Future | None) -> None:
+            try:
+                if collective.error is not None:
+                    raise collective.error
+                future.set_result(done.value())  # type: ignore[union-attr]
+            except BaseException as error:  # noqa: BLE001 (delivered through the future)
+                future.set_exception(error)
+
         def deliver() -> None:
+            # The future's callbacks (user code: DDP's hooks chain .then()s, and PowerSGD's wait on
+            # further collectives) run on a delivery thread, never on the thread that runs the
+            # collectives' steps or on gloo's, which such a wait would otherwise block.
             if collective.error is not None:
-                future.set_exception(collective.error)
+                _deliveries().submit(transfer, None)
                 return
-
-            def transfer(done: torch.futures.Future) -> None:
-                try:
-                    future.set_result(done.value())
-                except BaseException as error:  # noqa: BLE001 (delivered through the future)
-                    future.set_exception(error)
-
-            collective.work.get_future().add_done_callback(transfer)  # type: ignore[union-attr]
+            inner = collective.work.get_future()  # type: ignore[union-attr]
+            inner.add_done_callback(lambda done: _deliveries().submit(transfer, done))
 
         collective.when_finished(deliver)
         collective.run_when_exchanged()
@@ -370,14 +377,32 @@ class _Progress:
                 quiet_since = time.monotonic()
 
 
+_delivery_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_delivery_lock = threading.Lock()
+
+
+def _deliveries() -> concurrent.futures.ThreadPoolExecutor:
+    """Threads that complete the futures handed out by ``get_future()`` (a few, so a callback
+    that waits for another collective's future does not hold up that future's delivery)."""
+    global _delivery_pool
+    with _delivery_lock:
+        if _delivery_pool is None:
+            _delivery_pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=_DELIVERY_THREADS, thread_name_prefix="neuron-dist-future"
+            )
+        return _delivery_pool
+
+
 def watch(collective: DeferredCollective) -> None:
     """Makes sure ``collective``'s steps run once its exchange completes, even if nobody waits."""
     _Progress.instance().add(collective)
 
 
 def _forget_after_fork() -> None:
-    _Progress._instance = None  # the thread did not survive the fork
+    global _delivery_pool, _delivery_lock
+    _Progress._instance = None  # the threads did not survive the fork
     _Progress._instance_lock = threading.Lock()
+    _delivery_pool, _delivery_lock = None, threading.Lock()
 
 
 atexit.register(_Progress.stop)

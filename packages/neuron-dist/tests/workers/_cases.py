@@ -13,7 +13,9 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Cases"]
+import torch.distributed as dist
+
+__all__ = ["Cases", "destroy_when_every_rank_is_done"]
 
 
 class Cases:
@@ -40,3 +42,11 @@ class Cases:
         rank = os.environ.get("RANK", "0")
         path = Path(outdir) / f"rank{rank}.json"
         path.write_text(json.dumps(results, default=str))
+
+
+def destroy_when_every_rank_is_done(group: dist.ProcessGroup) -> None:
+    """Destroys a helper group once no rank uses it any more: a rank that closed its gloo
+    sockets while a slower peer was still finishing on them, or connecting the next case's group,
+    made that peer fail with gloo's "Connection closed by peer" (seen once in CI on 4 ranks)."""
+    dist.barrier()
+    dist.destroy_process_group(group)

@@ -14,7 +14,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh
 
 import neuron_dist
-from _cases import Cases
+from _cases import Cases, destroy_when_every_rank_is_done
 
 cases = Cases()
 dist.init_process_group("neuron")
@@ -418,13 +418,6 @@ def mismatch_between_inline_and_large_raises() -> str:
     return texts[0]
 
 
-def _destroy_when_every_rank_is_done(group: dist.ProcessGroup) -> None:
-    """Destroys a helper gloo group once no rank uses it any more: a rank that closed its gloo
-    sockets while a slower peer was still finishing on them, or connecting the next case's group,
-    made that peer fail with gloo's "Connection closed by peer" (seen once in CI on 4 ranks)."""
-    dist.barrier()
-    dist.destroy_process_group(group)
-
 
 @cases.case
 def inline_and_gloo_paths_agree_with_gloo() -> None:
@@ -449,7 +442,7 @@ def inline_and_gloo_paths_agree_with_gloo() -> None:
         dist.all_gather_into_tensor(ref, data.clone(), group=gloo)
         ref = ref.view(WORLD, numel)
         _expect(out, ref, f"all_gather_into_tensor of {numel}")
-    _destroy_when_every_rank_is_done(gloo)
+    destroy_when_every_rank_is_done(gloo)
 
 
 @cases.case
@@ -475,7 +468,7 @@ def collectives_under_inference_mode_then_outside() -> None:
     with torch.inference_mode():
         round_trip()
     round_trip()
-    _destroy_when_every_rank_is_done(group)
+    destroy_when_every_rank_is_done(group)
 
 
 @cases.case
@@ -493,7 +486,7 @@ def wrong_device_names_backend_and_device() -> str:
     meta = torch.ones(4, device="meta")
     dist.all_reduce(meta)
     assert meta.device.type == "meta"
-    _destroy_when_every_rank_is_done(gloo)
+    destroy_when_every_rank_is_done(gloo)
     return text
 
 
@@ -608,8 +601,8 @@ def async_collectives_return_before_other_ranks_issue_them() -> None:
             work.wait()
         _expect(a, torch.full((n,), float(sum(range(1, WORLD + 1)))), f"group A all_reduce of {n}")
         _expect(b, torch.full((n,), float(sum(2 * r for r in range(WORLD)))), f"group B all_reduce of {n}")
-    _destroy_when_every_rank_is_done(first)
-    _destroy_when_every_rank_is_done(second)
+    destroy_when_every_rank_is_done(first)
+    destroy_when_every_rank_is_done(second)
 
 
 @cases.case

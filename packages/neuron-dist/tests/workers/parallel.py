@@ -19,7 +19,7 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
-from _cases import Cases
+from _cases import Cases, destroy_when_every_rank_is_done
 
 cases = Cases()
 dist.init_process_group("neuron")
@@ -34,6 +34,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, what: str, atol: float = 1e-5, rtol
     a, b = a.detach().float().cpu(), b.detach().float().cpu()
     if not torch.allclose(a, b, atol=atol, rtol=rtol):
         raise AssertionError(f"{what}: max abs diff {(a - b).abs().max().item()}")
+
 
 
 def _mlp() -> nn.Module:
@@ -103,6 +104,34 @@ def ddp_bf16_compress_hook() -> float:
         assert param.grad.dtype == torch.float32, param.grad.dtype
         _close(param.grad, ref_grads[name], f"grad {name}", atol=1e-2, rtol=1e-2)  # bf16 tolerance
     return ref_loss
+
+
+@cases.case
+def ddp_power_sgd_hook_matches_gloo() -> float:
+    """PowerSGD's hook waits, inside a ``.then()`` callback, for further collectives' futures:
+    callbacks run on a delivery thread, so those collectives progress (run on the thread that
+    runs the collectives' steps, the first compressed step waited for itself forever). The
+    parameters after the compressed steps equal the same DDP run on gloo with CPU tensors."""
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState, powerSGD_hook
+
+    gloo = dist.new_group(backend="gloo")
+    runs = {}
+    for device, group in ((DEVICE, None), (torch.device("cpu"), gloo)):
+        model = _mlp().to(device)
+        ddp = DistributedDataParallel(model, process_group=group)
+        state = PowerSGDState(process_group=group, matrix_approximation_rank=2, start_powerSGD_iter=2, random_seed=0)
+        ddp.register_comm_hook(state, powerSGD_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        batch = _batches().to(device)
+        for _ in range(4):  # steps 2 and 3 are compressed
+            opt.zero_grad()
+            ddp(batch[RANK::WORLD]).pow(2).mean().backward()
+            opt.step()
+        runs[device.type] = [p.detach().cpu() for p in model.parameters()]
+    for mine, reference in zip(runs["neuron"], runs["cpu"]):
+        _close(mine, reference, "parameter after PowerSGD steps", atol=1e-6, rtol=1e-5)
+    destroy_when_every_rank_is_done(gloo)
+    return float(sum(p.sum() for p in runs["neuron"]))
 
 
 class _Scaled(nn.Module):
