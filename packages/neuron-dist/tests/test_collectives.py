@@ -59,5 +59,8 @@ def test_collective(run: tuple[int, list[dict]], case: str) -> None:
 def test_async_collectives_under_distributed_debug_detail(tmp_path) -> None:
     """torch's DETAIL wrapper compares each call's sequence number across ranks at issue."""
     proc = launch("debug_detail.py", tmp_path, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
-    values = assert_case(results(tmp_path, 2, proc), "back_to_back_async_collectives_keep_ranks_in_step")
+    per_rank = results(tmp_path, 2, proc)
+    values = assert_case(per_rank, "back_to_back_async_collectives_keep_ranks_in_step")
     assert values[0] == values[1] >= 150, values
+    assert_case(per_rank, "ddp_bf16_compress_hook_is_accepted")
+    assert assert_case(per_rank, "monitored_barrier_is_accepted") == [True, True]

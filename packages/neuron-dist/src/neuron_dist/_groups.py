@@ -19,4 +19,6 @@ def serves_neuron(group: Any) -> bool:
         backend = group._get_backend(torch.device(BACKEND_NAME))
     except (RuntimeError, ValueError, AttributeError):
         return False
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in torch's _ProcessGroupWrapper
+    backend = getattr(backend, "wrapped_pg", backend)
     return isinstance(backend, _C.PythonBackend)

@@ -38,5 +38,32 @@ def back_to_back_async_collectives_keep_ranks_in_step() -> int:
     return dist.group.WORLD._get_backend(DEVICE)._get_sequence_number_for_group()
 
 
+@cases.case
+def ddp_bf16_compress_hook_is_accepted() -> float:
+    """The bf16 hook is accepted on neuron groups (torch allows it on CUDA+NCCL and XPU only);
+    under DETAIL the group's backend is torch's wrapper around the neuron one."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8).to(DEVICE)
+    ddp = DistributedDataParallel(model)
+    ddp.register_comm_hook(None, bf16_compress_hook)
+    ddp(torch.full((2, 8), float(RANK + 1), device=DEVICE)).sum().backward()
+    grads = [torch.zeros_like(model.weight) for _ in range(WORLD)]
+    dist.all_gather(grads, model.weight.grad)
+    assert all(torch.equal(g, grads[0]) for g in grads), "ranks' gradients differ after the hook"
+    return model.weight.grad.sum().item()
+
+
+@cases.case
+def monitored_barrier_is_accepted() -> bool:
+    """torch runs monitored_barrier on gloo groups only; neuron groups get it too, wrapped or not."""
+    import datetime
+
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    return True
+
+
 cases.run()
 dist.destroy_process_group()
