@@ -63,7 +63,6 @@ class DeferredCollective:
         self._finished = threading.Event()
         self._previous: DeferredCollective | None = None  # set while queued behind it
         self._next: DeferredCollective | None = None
-        self._done = False  # steps finished; a collective queued behind this one may post
         self._on_finish: list[Callable[[], None]] = []
         self._prompt = False  # run the steps as soon as the exchange completes (a future is out)
         self._exchange_done = False  # set from gloo's thread when _prompt asked for it
@@ -114,8 +113,8 @@ class DeferredCollective:
 
     def queue_behind(self, previous: DeferredCollective) -> bool:
         """Queues this collective behind ``previous``; False if ``previous``'s steps already ran."""
-        with previous._lock:
-            if previous._done:
+        with previous._lock:  # _finish sets _finished and takes _next under it
+            if previous._finished.is_set():
                 return False
             previous._next = self
             self._previous = previous
@@ -171,7 +170,6 @@ class DeferredCollective:
         self._previous = None
         with self._lock:
             self._finished.set()
-            self._done = True
             queued, self._next = self._next, None
             callbacks, self._on_finish = self._on_finish, []
         for callback in callbacks:
