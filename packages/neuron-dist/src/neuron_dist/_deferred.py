@@ -92,8 +92,8 @@ class DeferredCollective:
         callback()
 
     def run_when_exchanged(self) -> None:
-        """Runs the steps as soon as the exchange completes, on the transport's thread, instead
-        of waiting for a caller or the progress thread (someone holds a future of the result)."""
+        """Has the progress thread run the steps as soon as the exchange completes (gloo's
+        completion callback wakes it), instead of at its next look: someone holds a future."""
         with self._lock:
             if self._prompt:
                 return
@@ -243,11 +243,11 @@ class DeferredWork(dist.Work):
         future: torch.futures.Future = torch.futures.Future()
         self._future = future
 
-        def transfer(done: torch.futures.Future | None) -> None:
+        def transfer(done: torch.futures.Future | None) -> None:  # None: the steps failed
             try:
-                if collective.error is not None:
-                    raise collective.error
-                future.set_result(done.value())  # type: ignore[union-attr]
+                if done is None:
+                    raise collective.error  # type: ignore[misc]
+                future.set_result(done.value())
             except BaseException as error:  # noqa: BLE001 (delivered through the future)
                 future.set_exception(error)
 
