@@ -33,6 +33,7 @@ CASES = [
     "non_contiguous_tensors_raise_instead_of_corrupting",
     "collectives_pass_through_c10d_dispatcher_ops",
     "async_collectives_return_before_other_ranks_issue_them",
+    "waited_collectives_leave_nothing_for_the_progress_thread",
     "cpu_tensors_also_work",
     "hsdp_on_2x2_mesh_matches_single_device",
 ]

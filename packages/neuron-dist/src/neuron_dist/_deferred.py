@@ -19,6 +19,7 @@ them.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import concurrent.futures
 import os
@@ -39,8 +40,35 @@ __all__ = ["DeferredCollective", "DeferredWork", "Steps"]
 Steps = Generator[dist.Work, None, NeuronWork]
 
 _POLL_SECONDS = 0.002  # how often the progress thread looks at exchanges nobody waits for
+# ... backing off to this while it finds none (a loop of synchronous collectives never needs
+# it, and each wake-up competes for the GIL with the caller)
+_MAX_POLL_SECONDS = 0.05
 _LINGER_SECONDS = 1.0  # how long it keeps looking after the last one, before it sleeps
 _DELIVERY_THREADS = 8  # how deep future callbacks that wait on other collectives may nest
+
+
+class _Latch:
+    """A one-shot event, set at most once by one thread (cheaper to make than ``threading.Event``:
+    every collective makes two)."""
+
+    __slots__ = ("_is_set", "_lock")
+
+    def __init__(self) -> None:
+        self._is_set = False
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()  # held until set(): waiters block on it
+
+    def set(self) -> None:
+        self._is_set = True
+        self._lock.release()
+
+    def is_set(self) -> bool:
+        return self._is_set
+
+    def wait(self) -> None:
+        if not self._is_set:
+            with self._lock:  # acquired once set() released it; released again for other waiters
+                pass
 
 
 class DeferredCollective:
@@ -59,13 +87,14 @@ class DeferredCollective:
         self._group_alive = group_alive  # False once the group is shut down
         self._lock = threading.Lock()
         self._claimed = False
-        self._posted = threading.Event()
-        self._finished = threading.Event()
+        self._posted = _Latch()  # set once, by the thread that posts the exchange
+        self._finished = _Latch()  # set once, in _finish
         self._previous: DeferredCollective | None = None  # set while queued behind it
         self._next: DeferredCollective | None = None
         self._on_finish: list[Callable[[], None]] = []
         self._prompt = False  # run the steps as soon as the exchange completes (a future is out)
         self._exchange_done = False  # set from gloo's thread when _prompt asked for it
+        self._progress: _Progress | None = None  # watching this collective until its steps are claimed
         self.work: NeuronWork | None = None
         self.error: BaseException | None = None
 
@@ -79,7 +108,7 @@ class DeferredCollective:
             self._exchange = exchange
             prompt = self._prompt
         self._posted.set()
-        watch(self)
+        self._progress = watch(self)
         if prompt:
             self._run_on_exchange(exchange)
 
@@ -153,6 +182,8 @@ class DeferredCollective:
         if not mine:
             self._finished.wait()
             return
+        if self._progress is not None:
+            self._progress.forget(self)
         steps, self._steps = self._steps, None
         try:
             steps.send(None)  # type: ignore[union-attr]
@@ -284,19 +315,22 @@ class DeferredWork(dist.Work):
 class _Progress:
     """The daemon thread that runs the steps of collectives nobody waits for yet.
 
-    It looks every few milliseconds, and only while such collectives exist (plus a linger, so a
-    training loop's steady stream of collectives never has to wake it up).
+    It holds the collectives whose steps no thread has claimed (a caller's ``wait()`` claims
+    them and takes them off), looks at them every few milliseconds while some are left, backs
+    off while every look finds nothing left to do (a loop of synchronous collectives), and
+    sleeps once no collective has been issued for a while.
     """
 
     _instance: _Progress | None = None
     _instance_lock = threading.Lock()
 
     def __init__(self) -> None:
-        self._pending: list[DeferredCollective] = []
+        self._pending: dict[DeferredCollective, None] = {}  # insertion-ordered: the issue order
         self._wake = threading.Condition()
         self._idle = False
         self._kicked = False
         self._stop = False
+        self._last_added = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="neuron-dist-progress", daemon=True)
         self._thread.start()
 
@@ -309,9 +343,15 @@ class _Progress:
 
     def add(self, collective: DeferredCollective) -> None:
         with self._wake:
-            self._pending.append(collective)
+            self._pending[collective] = None
+            self._last_added = time.monotonic()
             if self._idle:
                 self._wake.notify()
+
+    def forget(self, collective: DeferredCollective) -> None:
+        """``collective``'s steps were claimed by some thread: nothing left to watch."""
+        with self._wake:
+            self._pending.pop(collective, None)
 
     def kick(self) -> None:
         """Look now: an exchange somebody holds a future of has completed."""
@@ -337,7 +377,7 @@ class _Progress:
         their data). Waits for their exchanges, up to each group's timeout."""
         while True:
             with self._wake:
-                pending, self._pending = self._pending, []
+                pending = [collective for collective in self._pending if not collective.claimed]
             if not pending:
                 return
             for collective in pending:  # running one posts the collective queued behind it
@@ -345,34 +385,29 @@ class _Progress:
                     collective.run()
 
     def _run(self) -> None:
-        quiet_since = time.monotonic()
+        interval = _POLL_SECONDS
         while True:
             with self._wake:
-                if not self._pending and time.monotonic() - quiet_since > _LINGER_SECONDS:
+                if not self._pending and time.monotonic() - self._last_added > _LINGER_SECONDS:
                     self._idle = True
                     while not self._pending and not self._stop:
                         self._wake.wait()
                     self._idle = False
+                    interval = _POLL_SECONDS
                 if self._stop:
                     return
-            with self._wake:
                 if not self._kicked:
-                    self._wake.wait(_POLL_SECONDS)
+                    self._wake.wait(interval)
                 self._kicked = False
-                pending, self._pending = self._pending, []
-            keep = []
+                pending = list(self._pending)
+            busy = False
             for collective in pending:
                 if collective.claimed:
                     continue
+                busy = True  # issued and not waited for: look again soon
                 if collective.exchanged():
                     collective.run()  # errors are kept for the caller's wait()
-                else:
-                    keep.append(collective)
-            if keep:
-                with self._wake:
-                    self._pending.extend(keep)
-            if pending:
-                quiet_since = time.monotonic()
+            interval = _POLL_SECONDS if busy else min(2 * interval, _MAX_POLL_SECONDS)
 
 
 _delivery_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -391,9 +426,11 @@ def _deliveries() -> concurrent.futures.ThreadPoolExecutor:
         return _delivery_pool
 
 
-def watch(collective: DeferredCollective) -> None:
+def watch(collective: DeferredCollective) -> _Progress:
     """Makes sure ``collective``'s steps run once its exchange completes, even if nobody waits."""
-    _Progress.instance().add(collective)
+    progress = _Progress.instance()
+    progress.add(collective)
+    return progress
 
 
 def _forget_after_fork() -> None:

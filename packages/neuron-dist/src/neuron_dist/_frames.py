@@ -40,6 +40,11 @@ __all__ = ["FrameExchange", "Posted"]
 _ALIGN = 64  # header and slot sizes are multiples of this: payload rows stay aligned for any dtype
 _MIN_SLOT = 4096  # bytes: room for tiny collectives after a large one (padding this small is free)
 _NO_INLINE = -1
+# Plain byte copies and compares for the small, contiguous buffers of every exchange: a tensor
+# copy_ costs several microseconds of dispatch, a memmove well under one.
+_memcmp = ctypes.CDLL(None).memcmp
+_memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_memcmp.restype = ctypes.c_int
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -70,6 +75,7 @@ class _Frames:
         # this rank's header as int64 fields, written in place (cheaper than tensor indexing)
         self.header = (ctypes.c_int64 * (header_bytes // 8)).from_address(self.send.data_ptr())
         self._header_bytes = header_bytes
+        self._send_address = self.send.data_ptr()
         self._addresses = [self.recv.data_ptr() + rank * frame for rank in range(size)]
         self.rows = self.recv.view(size, frame)[:, header_bytes:]  # every rank's payload slot, as bytes
         self.payload = self.send[header_bytes:]
@@ -77,12 +83,24 @@ class _Frames:
 
     def headers_equal(self) -> bool:
         """Whether every rank's received header is byte for byte this rank's."""
-        mine = ctypes.string_at(self.send.data_ptr(), self._header_bytes)
-        return all(ctypes.string_at(address, self._header_bytes) == mine for address in self._addresses)
+        mine, nbytes = self._send_address, self._header_bytes
+        return all(_memcmp(address, mine, nbytes) == 0 for address in self._addresses)
 
     def headers(self) -> torch.Tensor:
         """Every rank's header, ``(ranks, header words)`` int64."""
         return self.recv.view(len(self._addresses), -1)[:, : self._header_bytes].contiguous().view(torch.int64)
+
+    def put_payload(self, payload: torch.Tensor, nbytes: int) -> None:
+        """Copies ``payload`` (``nbytes`` bytes, a CPU tensor) into this rank's payload slot."""
+        if payload.is_contiguous():
+            ctypes.memmove(self._send_address + self._header_bytes, payload.data_ptr(), nbytes)
+        else:
+            self.send_view(payload.dtype, payload.shape).copy_(payload)
+
+    def copy_rows(self, address: int, nbytes: int) -> None:
+        """Copies the first ``nbytes`` of every rank's payload slot to ``address``, in rank order."""
+        for rank, row in enumerate(self._addresses):
+            ctypes.memmove(address + rank * nbytes, row + self._header_bytes, nbytes)
 
     def send_view(self, dtype: torch.dtype, shape: torch.Size) -> torch.Tensor:
         """This rank's payload slot as a ``dtype`` tensor of ``shape``."""
@@ -104,16 +122,6 @@ class _Frames:
             end = (start + _numel(shape)) * dtype.itemsize
             with torch.inference_mode(False):
                 rows = self.views[key] = [row[:end].view(dtype)[start:].view(shape) for row in self.rows]
-        return rows  # type: ignore[return-value]
-
-    def byte_rows(self, nbytes: int) -> torch.Tensor:
-        """The first ``nbytes`` of every rank's payload slot, ``(ranks, nbytes)`` uint8."""
-        key = ("bytes", nbytes)
-        rows = self.views.get(key)
-        if rows is None:
-            self._make_room()
-            with torch.inference_mode(False):
-                rows = self.views[key] = self.rows[:, :nbytes]
         return rows  # type: ignore[return-value]
 
     def _make_room(self) -> None:
@@ -203,7 +211,7 @@ class FrameExchange:
         header[width] = wanted if inline else _NO_INLINE
         header[width + 1] = wanted
         if inline and wanted:
-            frames.send_view(payload.dtype, payload.shape).copy_(payload)
+            frames.put_payload(payload, wanted)
         return Posted(self._gloo._allgather_base(frames.recv, frames.send), frames, inline, wanted)
 
     def complete(

@@ -599,7 +599,7 @@ class ProcessGroupNeuron:
         nbytes = _nbytes(first)
         seq, inline = yield from self._begin(signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0)
         if inline:
-            _as_bytes(out_view).view(self._size, nbytes).copy_(self._frames.last.byte_rows(nbytes))
+            self._frames.last.copy_rows(out_view.data_ptr(), nbytes)  # out_view: contiguous, checked above
             return self._completed(outputs)
         # flat buffers: gloo insists on an output shaped (world, *input.shape); NCCL (and we) take any shape
         outs = _wires([v.reshape(-1) for v in host_views(outputs)])

@@ -606,6 +606,40 @@ def async_collectives_return_before_other_ranks_issue_them() -> None:
 
 
 @cases.case
+def waited_collectives_leave_nothing_for_the_progress_thread() -> None:
+    """The progress thread forgets a collective as soon as its caller's ``wait()`` claims it (it
+    kept every one until its next look, so a loop of synchronous collectives kept hundreds of
+    objects alive and made Python's garbage collector run ~7x as often); after such a loop, when
+    the thread looks only rarely, a collective nobody waits for yet still completes."""
+    from neuron_dist import _deferred
+
+    t = torch.full((8,), float(RANK), device=DEVICE)
+    retained = []
+    for _ in range(300):
+        dist.all_reduce(t, op=R.MAX)
+        progress = _deferred._Progress._instance
+        retained.append(len(progress._pending) if progress is not None else 0)
+    _expect(t, torch.full((8,), float(WORLD - 1)), "300 synchronous all_reduces")
+    assert not any(retained), f"waited collectives still watched after {sum(map(bool, retained))} of 300 calls"
+
+    group = dist.new_group(timeout=datetime.timedelta(seconds=30))
+    t = torch.full((8,), float(RANK + 1), device=DEVICE)
+    if RANK == 0:  # rank 1 joins the all_reduce only after the send: the thread must run its steps
+        future = dist.all_reduce(t, group=group, async_op=True).get_future()
+        work = dist.all_reduce(torch.ones(1 << 18, device=DEVICE), group=group, async_op=True)
+        dist.send(torch.ones(3, device=DEVICE), dst=1, group=group)
+        future.wait()
+        work.wait()
+    else:
+        if RANK == 1:
+            dist.recv(torch.empty(3, device=DEVICE), src=0, group=group)
+        dist.all_reduce(t, group=group)
+        dist.all_reduce(torch.ones(1 << 18, device=DEVICE), group=group)
+    _expect(t, torch.full((8,), float(sum(range(1, WORLD + 1)))), "an unwaited all_reduce after a synchronous streak")
+    destroy_when_every_rank_is_done(group)
+
+
+@cases.case
 def cpu_tensors_also_work() -> None:
     tensor = _value(RANK, torch.float32)
     dist.all_reduce(tensor)
