@@ -43,7 +43,7 @@ _POLL_SECONDS = 0.002  # how often the progress thread looks at exchanges nobody
 # ... backing off to this while it finds none (a loop of synchronous collectives never needs
 # it, and each wake-up competes for the GIL with the caller)
 _MAX_POLL_SECONDS = 0.05
-_LINGER_SECONDS = 1.0  # how long it keeps looking after the last one, before it sleeps
+_LINGER_SECONDS = 1.0  # how long it keeps looking after the last collective was issued, before it sleeps
 _DELIVERY_THREADS = 8  # how deep future callbacks that wait on other collectives may nest
 
 
