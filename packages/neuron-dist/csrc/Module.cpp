@@ -1,4 +1,5 @@
 // Python bindings of neuron_dist._C: the PythonBackend type torch's ProcessGroup can hold.
+#include "BackendOptions.h"
 #include "PythonBackend.h"
 
 #include <torch/extension.h>
@@ -20,5 +21,19 @@ PYBIND11_MODULE(_C, m) {
           py::arg("name"))
       .def_property_readonly(
           "impl", [](const neuron_dist::PythonBackend& self) { return self.impl(); },
-          "The Python object that implements the collectives.");
+          "The Python object that implements the collectives.")
+      .def_property_readonly(
+          "options", [](neuron_dist::PythonBackend& self) { return self.getBackendOptions(); },
+          "The group's options (timeout, name, global ranks), as ProcessGroupGloo.options.");
+  py::class_<neuron_dist::BackendOptions, c10d::Backend::Options, c10::intrusive_ptr<neuron_dist::BackendOptions>>(
+      m, "BackendOptions", "torch's Backend.Options, copyable (split_group deep-copies a parent's options).")
+      .def("__copy__", [](const neuron_dist::BackendOptions& self) {
+        return c10::make_intrusive<neuron_dist::BackendOptions>(self);
+      })
+      .def(
+          "__deepcopy__",
+          [](const neuron_dist::BackendOptions& self, const py::dict& /* memo */) {
+            return c10::make_intrusive<neuron_dist::BackendOptions>(self);
+          },
+          py::arg("memo"));
 }

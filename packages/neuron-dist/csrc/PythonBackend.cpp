@@ -1,6 +1,7 @@
 // PythonBackend: c10d::Backend virtuals forwarded to the Python implementation.
 #include "PythonBackend.h"
 
+#include "BackendOptions.h"
 #include "PythonCall.h"
 #include "PythonGil.h"
 #include "PythonWork.h"
@@ -167,6 +168,38 @@ c10::intrusive_ptr<c10d::Work> PythonBackend::barrier(const c10d::BarrierOptions
 void PythonBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   PythonCall call;
   impl_.attr("monitored_barrier")(opts.timeout, waitAllRanks);
+}
+
+c10::intrusive_ptr<c10d::Backend::Options> PythonBackend::getBackendOptions() {
+  PythonCall call;
+  auto options = c10::make_intrusive<BackendOptions>(
+      name_, impl_.attr("_timeout").cast<std::chrono::milliseconds>());
+  options->group_name = getGroupUid();
+  options->group_desc = getGroupDesc();
+  options->global_ranks_in_group = impl_.attr("_global_ranks").cast<std::vector<uint64_t>>();
+  return options;
+}
+
+c10::intrusive_ptr<c10d::Backend> PythonBackend::split(
+    const c10::intrusive_ptr<c10d::Store>& store,
+    const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  TORCH_CHECK(opts, "neuron: split_group needs backend options, got none");
+  auto known = splits_.find(opts->group_name);
+  if (known != splits_.end()) {
+    if (auto child = known->second.lock()) {
+      return child;
+    }
+  }
+  PythonCall call;
+  py::object impl = impl_.attr("_split")(store, ranks, opts->timeout, opts->group_name);
+  if (impl.is_none()) {
+    return nullptr;  // this rank is in none of the new groups
+  }
+  auto child = c10::make_intrusive<PythonBackend>(
+      impl.attr("rank")().cast<int>(), impl.attr("size")().cast<int>(), std::move(impl), name_);
+  splits_.insert_or_assign(opts->group_name, c10::weak_intrusive_ptr<PythonBackend>(child));
+  return child;
 }
 
 void PythonBackend::setSequenceNumberForGroup() {

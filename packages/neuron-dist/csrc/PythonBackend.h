@@ -5,6 +5,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace neuron_dist {
@@ -34,6 +35,16 @@ class PythonBackend : public c10d::Backend {
   bool supportsCoalescing() const override {
     return true;
   }
+  // Splitting (torch.distributed.split_group; DeviceMesh uses it when the default group is bound
+  // to a core with init_process_group(device_id=...)) makes a new neuron group of the ranks.
+  bool supportsSplitting() const override {
+    return true;
+  }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store,
+      const std::vector<int>& ranks,
+      const c10::intrusive_ptr<Options>& opts) override;
   void setGroupUid(const std::string& pg_uid) override;
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
@@ -124,6 +135,10 @@ class PythonBackend : public c10d::Backend {
 
   pybind11::object impl_;
   const std::string name_;
+  // The group split off under each name: torch may ask once per device type this backend serves
+  // (neuron and CPU), and both must get the same group. Weak: the child lives as long as torch
+  // holds it.
+  std::unordered_map<std::string, c10::weak_intrusive_ptr<PythonBackend>> splits_;
 };
 
 } // namespace neuron_dist

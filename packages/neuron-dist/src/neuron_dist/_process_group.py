@@ -169,6 +169,22 @@ class ProcessGroupNeuron:
                 return desc
         return self._group_name or "?"
 
+    def _split(
+        self, store: dist.Store, ranks: list[int], timeout: timedelta, group_name: str
+    ) -> ProcessGroupNeuron | None:
+        """The group of ``ranks`` (ranks in this group) for ``split_group``; None if this rank is not one.
+
+        ``split_group`` is how DeviceMesh makes its dimension groups when the default group is
+        bound to a core (``init_process_group(..., device_id=neuron:i)``). ``store`` is already
+        prefixed with the new group's name, as for ``new_group``.
+        """
+        if self._rank not in ranks:
+            return None
+        return ProcessGroupNeuron(
+            store, ranks.index(self._rank), len(ranks), timeout,
+            global_ranks=[self._global_ranks[r] for r in ranks],
+        )
+
     def _get_sequence_number_for_group(self) -> int:
         return self._seq
 

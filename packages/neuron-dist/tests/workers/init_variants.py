@@ -1,8 +1,10 @@
 """Ways of starting the neuron process group that torch resolves itself: no backend at all, and
-a group bound to a core (``device_id``) with CPU-side gloo subgroups."""
+a group bound to a core (``device_id``) with CPU-side gloo subgroups, split groups and a 2-D
+DeviceMesh (which splits a bound group instead of calling ``new_group``)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 
@@ -63,6 +65,62 @@ def gloo_subgroup_of_a_core_bound_group() -> list[float]:
     _ddp_step_matches_single_device()  # the bound default group still serves neuron tensors
     dist.barrier()
     return x.tolist()
+
+
+@cases.case
+def device_mesh_of_a_core_bound_group() -> list[float]:
+    """A 2-D ``init_device_mesh`` after ``init_process_group("neuron", device_id=...)``: DeviceMesh
+    makes its dimension groups with ``split_group``, which failed ("its backend does not support
+    splitting"). Each dimension's group must be a neuron group of the right ranks, and DTensor
+    must compute on the mesh as on one device."""
+    if MODE != "device_id":
+        return []
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    from neuron_dist import _C
+
+    mesh = init_device_mesh("neuron", (2, WORLD // 2), mesh_dim_names=("dp", "tp"))
+    sums = []
+    for name in ("dp", "tp"):
+        group = mesh.get_group(name)
+        assert isinstance(group._get_backend(DEVICE), _C.PythonBackend), group._get_backend(DEVICE)
+        ranks = dist.get_process_group_ranks(group)
+        assert RANK in ranks and len(ranks) == mesh.size(mesh.mesh_dim_names.index(name)), (name, ranks)
+        x = torch.full((3,), float(RANK + 1), device=DEVICE)
+        dist.all_reduce(x, group=group)
+        assert x.tolist() == [float(sum(r + 1 for r in ranks))] * 3, (name, ranks, x)
+        sums.append(x[0].item())
+    a = torch.randn(8, 6, generator=torch.Generator().manual_seed(0))
+    b = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+    da = distribute_tensor(a.to(DEVICE), mesh, [Shard(0), Shard(1)])
+    db = distribute_tensor(b.to(DEVICE), mesh, [Replicate(), Shard(0)])
+    product = (da @ db).full_tensor()
+    assert product.device == DEVICE and torch.allclose(product.cpu(), a @ b, atol=1e-5), product
+    return sums
+
+
+@cases.case
+def split_group_of_a_core_bound_group() -> list[object]:
+    """``dist.split_group`` on a bound neuron group: the ranks named get a neuron group with the
+    parent's timeout, the others None; the parent's ``options`` (which split_group deep-copies)
+    carry the group's timeout and ranks."""
+    if MODE != "device_id":
+        return []
+    parent = dist.group.WORLD._get_backend(DEVICE)
+    options = copy.deepcopy(parent.options)
+    assert options._timeout == parent.impl._timeout, (options._timeout, parent.impl._timeout)
+    assert list(options.global_ranks_in_group) == list(range(WORLD)), options.global_ranks_in_group
+    group = dist.split_group(split_ranks=[[0, 1]])
+    if RANK > 1:
+        assert group is None, group
+        return [None]
+    assert dist.get_process_group_ranks(group) == [0, 1] and group.rank() == RANK, group
+    assert group._get_backend(DEVICE).impl._timeout == parent.impl._timeout
+    x = torch.tensor([float(RANK + 1)], device=DEVICE)
+    dist.all_reduce(x, group=group)
+    assert x.item() == 3.0, x
+    return [x.item()]
 
 
 @cases.case
