@@ -120,6 +120,35 @@ def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return lowered
 
 
+def _shape_env_after(gm: torch.fx.GraphModule) -> ShapeEnv:
+    """A fresh shape environment that already has the data-dependent sizes ``gm`` binds.
+
+    Dynamo's graph names the sizes it read from data (``x.item()``, ``nonzero``; with
+    ``capture_scalar_outputs``) ``u0``, ``u1``... in each node's ``unbacked_bindings``.
+    AOTAutograd traces the graph again in the lowering's own environment and renames each new
+    symbol to the graph's, which must exist there and must not be the new symbol's own name (a
+    fresh environment numbered from ``u0`` again: "u0 possible memo disaster").
+    """
+    from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+    shape_env = ShapeEnv()
+    counts = {SymT.UNBACKED_INT: 0, SymT.UNBACKED_FLOAT: 0}
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                for symbol in node.meta.get("unbacked_bindings") or {}:
+                    for kind in counts:
+                        if symbol_is_type(symbol, kind):
+                            digits = str(symbol)[len(str(symbol).rstrip("0123456789")):]
+                            counts[kind] = max(counts[kind], int(digits) + 1 if digits else 0)
+    for _ in range(counts[SymT.UNBACKED_INT]):
+        shape_env.create_unbacked_symint()
+    for _ in range(counts[SymT.UNBACKED_FLOAT]):
+        shape_env.create_unbacked_symfloat()
+    shape_env.pending_fresh_unbacked_symbols.clear()  # bound by the graph, not by a new trace
+    return shape_env
+
+
 class UnsupportedGraphInput(TypeError):
     """A graph input the lowering cannot take (a tensor subclass such as DTensor, which the backend
     desugars through AOTAutograd before it reaches the lowering)."""
@@ -276,7 +305,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     written to the persistent cache.
     """
     lowered = _graph_for_cpu_lowering(gm)
-    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    fake_mode = FakeTensorMode(shape_env=_shape_env_after(lowered))
     inputs = _fake_cpu_inputs(example_inputs, fake_mode, runtime_ints)
     options = {"config_patches": {
         "post_grad_custom_post_pass": _NeuronLoweringMarker(),
