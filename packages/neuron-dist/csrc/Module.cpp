@@ -22,6 +22,13 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "impl", [](const neuron_dist::PythonBackend& self) { return self.impl(); },
           "The Python object that implements the collectives.")
+      .def(
+          "perform_nocolor_split",
+          [](neuron_dist::PythonBackend& /* self */, const c10::Device& /* device */) {},
+          py::arg("device"),
+          "Nothing to do: torch calls this on the ranks left out of a new_group of a group bound to a "
+          "device whose backend splits (NCCL's communicator split needs every rank); a neuron split "
+          "involves only the new group's ranks.")
       .def_property_readonly(
           "options", [](neuron_dist::PythonBackend& self) { return self.getBackendOptions(); },
           "The group's options (timeout, name, global ranks), as ProcessGroupGloo.options.");

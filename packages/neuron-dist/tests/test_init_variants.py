@@ -32,6 +32,11 @@ def test_device_mesh_of_a_device_bound_group(core_bound) -> None:
     assert values == [[4.0, 3.0], [6.0, 3.0], [4.0, 7.0], [6.0, 7.0]]
 
 
+def test_new_group_leaving_ranks_out_of_a_device_bound_group(core_bound) -> None:
+    values = assert_case(core_bound, "new_group_leaving_ranks_out_of_a_core_bound_group")
+    assert values == [[3.0], [3.0], [None], [None]]
+
+
 def test_split_group_of_a_device_bound_group(core_bound) -> None:
     values = assert_case(core_bound, "split_group_of_a_core_bound_group")
     assert values == [[3.0], [3.0], [None], [None]]

@@ -124,6 +124,21 @@ def split_group_of_a_core_bound_group() -> list[object]:
 
 
 @cases.case
+def new_group_leaving_ranks_out_of_a_core_bound_group() -> list[object]:
+    """``new_group([0, 1])`` on a bound group whose backend splits: torch asks the left-out
+    ranks' backend for NCCL's ``perform_nocolor_split``, which the neuron backend lacked."""
+    if MODE != "device_id":
+        return []
+    group = dist.new_group([0, 1])
+    if RANK > 1:
+        assert group == dist.GroupMember.NON_GROUP_MEMBER, group
+        return [None]
+    x = torch.tensor([float(RANK + 1)], device=DEVICE)
+    dist.all_reduce(x, group=group)
+    return [x.item()]
+
+
+@cases.case
 def bf16_hook_on_a_device_map_backend() -> bool:
     """DDP's bf16 compression hook is accepted when neuron tensors go to the neuron backend
     through a device map, not only with init_process_group("neuron")."""
