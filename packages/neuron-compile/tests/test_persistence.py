@@ -251,3 +251,23 @@ def test_concurrent_processes_compiling_one_graph_both_succeed(tmp_path):
     assert len(list((tmp_path / "neff").glob("*.neff"))) == 1
     losses = {line for out, _ in outputs for line in out.splitlines() if line.startswith("LOSS")}
     assert len(losses) == 1
+
+
+def test_inductor_settings_are_part_of_the_cache_key(fresh_compiler):
+    """A graph compiled again under other Inductor settings is compiled again, as Inductor's own
+    cache does: it was served the executable built under the first settings (in memory and on
+    disk), so ``fallback_random=True`` (eager's random numbers) had no effect."""
+    from torch._inductor import config
+
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return torch.rand_like(x) + x
+
+    x = torch.zeros(64, device="neuron")
+    torch.compile(noisy, backend="neuron")(x)
+    torch._dynamo.reset()
+    with config.patch(fallback_random=True):
+        torch.manual_seed(0)
+        got = torch.compile(noisy, backend="neuron")(x)
+    torch.manual_seed(0)
+    assert torch.equal(got.cpu(), noisy(x).cpu())
+    assert [record.source for record in metrics.graphs()] == ["compiled", "compiled"]

@@ -183,6 +183,9 @@ def _cache_key(graph_text: str, specs: list[Any], options: CompileOptions) -> st
     import neuron_runtime
     from neuron_compile.cache import make_key
 
+    import torch._functorch.config
+    import torch._inductor.config
+
     autocast = (torch.is_autocast_enabled("neuron"), str(torch.get_autocast_dtype("neuron")))
     return make_key({
         "graph": graph_text,
@@ -190,6 +193,14 @@ def _cache_key(graph_text: str, specs: list[Any], options: CompileOptions) -> st
         "grad_enabled": torch.is_grad_enabled(),
         "autocast": list(autocast),
         "options": {"fallback_to_eager": options.fallback_to_eager},
+        # Inductor's and AOTAutograd's settings change the program (fallback_random, freezing,
+        # cpp.simdlen, ...): keyed as Inductor keys its own cache, on the hash of every setting
+        # that is not marked compile-ignored (cached by torch until a setting changes).
+        "inductor_config": torch._inductor.config.get_hash().hex(),
+        "functorch_config": torch._functorch.config.get_hash().hex(),
+        "deterministic": [torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled(),
+                          torch.utils.deterministic.fill_uninitialized_memory],
         "versions": {"torch": torch.__version__, "neuron_compile": __version__,
                      "neuron_runtime": neuron_runtime.__version__},
         # Kernels are built for this CPU's vector ISA. torch's own capability probe is free;
