@@ -19,6 +19,7 @@ compiler cannot handle raises :class:`NeuronCompileError` naming the operator, u
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import platform
 import re
@@ -33,7 +34,7 @@ import torch
 import torch._dynamo
 import torch.fx
 
-from neuron_compile import _diagnostics, _dynamism, metrics
+from neuron_compile import _diagnostics, _dynamism, _output_code, metrics
 from neuron_compile._autoload import arm_torch_patches
 from neuron_compile._dynamism import (
     RUNTIME_INT,
@@ -72,8 +73,19 @@ class NeuronCompileError(RuntimeError):
 
 
 _memory_lock = threading.Lock()
-# key -> (executable, kernel binaries, kernels Inductor counted generating or loading it)
-_loaded: dict[str, tuple[Callable[..., Any], int, int]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class _HeldExecutable:
+    """An executable this process holds, with what replaying a hit on it reports to Inductor."""
+
+    run: Callable[..., Any]
+    kernels: int  # kernel binaries (the metrics report)
+    inductor_kernels: int  # kernels Inductor counted generating or loading it
+    output_code: tuple[str, ...]  # the sources Inductor reported for it
+
+
+_loaded: dict[str, _HeldExecutable] = {}
 
 
 def _inductor_kernel_count() -> int:
@@ -417,28 +429,31 @@ class _NeuronGraph:
         with _memory_lock:
             known = _loaded.get(key)
         if known is not None:
-            metrics._record(metrics.GraphRecord(self.name, signature, "memory", 0.0, key, kernels=known[1]))
-            _count_inductor_kernels(known[2])
-            return known[0]
+            metrics._record(metrics.GraphRecord(self.name, signature, "memory", 0.0, key, kernels=known.kernels))
+            _count_inductor_kernels(known.inductor_kernels)
+            _output_code.replay(known.output_code)
+            return known.run
         from neuron_compile.cache import default_cache
 
         cache = default_cache() if self.options.cache else None
         start = time.perf_counter()
         counted_before = _inductor_kernel_count()
-        if cache is not None:
-            with cache.lock(key):  # another process compiling this graph finishes first
-                loaded = self._load_cached(cache, key)
-                source = "disk"
-                if loaded is None:
-                    loaded, source = self._compile(inputs, cache, key, signature)
-        else:
-            loaded, source = self._compile(inputs, None, key, signature)
+        with _output_code.recording() as output_code:
+            if cache is not None:
+                with cache.lock(key):  # another process compiling this graph finishes first
+                    loaded = self._load_cached(cache, key)
+                    source = "disk"
+                    if loaded is None:
+                        loaded, source = self._compile(inputs, cache, key, signature)
+            else:
+                loaded, source = self._compile(inputs, None, key, signature)
         seconds = time.perf_counter() - start
         reason = getattr(loaded, "_neuron_fallback_reason", "")
         kernels = getattr(loaded, "_neuron_kernels", 0)
         metrics._record(metrics.GraphRecord(self.name, signature, source, seconds, key, reason, kernels))
         with _memory_lock:
-            _loaded[key] = (loaded, kernels, _inductor_kernel_count() - counted_before)
+            _loaded[key] = _HeldExecutable(loaded, kernels, _inductor_kernel_count() - counted_before,
+                                           tuple(output_code))
         return loaded
 
     def _load_cached(self, cache: Any, key: str) -> Callable[..., Any] | None:
