@@ -31,6 +31,35 @@ def test_peak_and_reset():
     assert torch.neuron.max_memory_allocated() == torch.neuron.memory_allocated()
 
 
+def test_allocated_counts_requests_rounded_to_512_bytes_as_cuda_does():
+    """CUDA's allocator splits a larger block down to the request rounded to 512 B: its
+    memory_allocated counts that, and the rest as an inactive split block (reserved, not
+    allocated). Budgets and PyTorch's FSDP memory tests compare memory_allocated with tensor
+    sizes; neuron counted whole 2 MiB-rounded blocks (a 4.5 MiB tensor as 6 MiB)."""
+    torch.neuron.empty_cache()
+    before = torch.neuron.memory_stats()
+    sizes = [int(4.5 * MiB), 3 * MiB + 4, 100]
+    tensors = [torch.empty(n, dtype=torch.uint8, device="neuron") for n in sizes]
+    after = torch.neuron.memory_stats()
+    delta = {key: after[key] - before[key] for key in after if key.endswith(".all.current")}
+    expected = sum((n + 511) // 512 * 512 for n in sizes)
+    assert delta["allocated_bytes.all.current"] == expected
+    assert delta["active_bytes.all.current"] == expected
+    assert delta["requested_bytes.all.current"] == sum(sizes)
+    assert delta["reserved_bytes.all.current"] == 6 * MiB + 4 * MiB + 512  # what the core holds
+    assert delta["inactive_split_bytes.all.current"] == delta["reserved_bytes.all.current"] - expected
+    assert delta["inactive_split.all.current"] == 2
+    # a cached 6 MiB block serving a 3.5 MiB request: 3.5 MiB allocated, 2.5 MiB split off
+    del tensors[0]
+    reuse = torch.empty(int(3.5 * MiB), dtype=torch.uint8, device="neuron")
+    assert torch.neuron.memory_reserved() == after["reserved_bytes.all.current"]
+    assert torch.neuron.memory_allocated() == before["allocated_bytes.all.current"] + expected - MiB
+    del reuse, tensors
+    final = torch.neuron.memory_stats()
+    for key in ("allocated_bytes.all.current", "inactive_split_bytes.all.current", "inactive_split.all.current"):
+        assert final[key] == before[key], key
+
+
 def test_cached_block_is_reused():
     x = torch.empty(3 * MiB, dtype=torch.uint8, device="neuron")
     ptr = x.data_ptr()

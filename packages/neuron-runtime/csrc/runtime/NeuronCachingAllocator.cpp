@@ -2,6 +2,10 @@
 //
 // Blocks are rounded up (512 B below 1 MiB, 2 MiB above), cached on free and reused by
 // best fit (at most twice the request for large blocks, exact size class for small ones).
+// Statistics count what CUDA's allocator counts: a tensor's block is its request rounded to
+// 512 B (CUDA splits larger blocks to that size), and the rest of a larger block shows as an
+// inactive split, reserved but not allocated. This allocator does not reuse that rest, so the
+// core's capacity is checked against reserved memory, as CUDA checks it.
 // "reserved" is what the emulated core holds from the host; it may never exceed the core's
 // capacity. When a request does not fit, the cache is released once and the request retried,
 // as CUDA's allocator does, before raising torch.OutOfMemoryError.
@@ -14,6 +18,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -40,6 +45,11 @@ struct Block {
   size_t size;       // rounded size, what the core holds
   size_t requested;  // what the caller asked for
   bool small;
+
+  // What CUDA's allocator would count as allocated: the request rounded to 512 B.
+  size_t allocated() const { return ((requested + kSmallRound - 1) / kSmallRound) * kSmallRound; }
+  // The rest of the block, which CUDA would split off as an inactive block.
+  size_t split() const { return size - std::min(size, allocated()); }
 };
 
 struct CorePool {
@@ -82,19 +92,29 @@ size_t roundSize(size_t nbytes) {
 
 void updateStats(DeviceStats& stats, const Block& block, bool increase) {
   const auto pool = static_cast<size_t>(block.small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
+  const size_t allocated = block.allocated();
+  const size_t split = block.split();
   for (size_t type : {static_cast<size_t>(StatType::AGGREGATE), pool}) {
     if (increase) {
       stats.allocation[type].increase(1);
       stats.active[type].increase(1);
-      stats.allocated_bytes[type].increase(block.size);
-      stats.active_bytes[type].increase(block.size);
+      stats.allocated_bytes[type].increase(allocated);
+      stats.active_bytes[type].increase(allocated);
       stats.requested_bytes[type].increase(block.requested);
+      if (split > 0) {
+        stats.inactive_split[type].increase(1);
+        stats.inactive_split_bytes[type].increase(split);
+      }
     } else {
       stats.allocation[type].decrease(1);
       stats.active[type].decrease(1);
-      stats.allocated_bytes[type].decrease(block.size);
-      stats.active_bytes[type].decrease(block.size);
+      stats.allocated_bytes[type].decrease(allocated);
+      stats.active_bytes[type].decrease(allocated);
       stats.requested_bytes[type].decrease(block.requested);
+      if (split > 0) {
+        stats.inactive_split[type].decrease(1);
+        stats.inactive_split_bytes[type].decrease(split);
+      }
     }
   }
 }
