@@ -31,6 +31,8 @@ CASES = [
     "collectives_under_inference_mode_then_outside",
     "wrong_device_names_backend_and_device",
     "non_contiguous_tensors_raise_instead_of_corrupting",
+    "invalid_arguments_raise_at_call_and_leave_the_group_usable",
+    "list_all_reduce_reduces_every_tensor_of_every_rank",
     "collectives_pass_through_c10d_dispatcher_ops",
     "async_collectives_return_before_other_ranks_issue_them",
     "waited_collectives_leave_nothing_for_the_progress_thread",

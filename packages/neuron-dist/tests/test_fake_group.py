@@ -51,3 +51,44 @@ def test_fake_group_takes_neuron_tensors_and_local_tensor_random_ops() -> None:
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"backend": "fake", "all_reduce_device": "neuron:0",
                       "equal_per_rank": [True] * 4, "devices": ["neuron"]}, result
+
+
+# PyTorch's multi-threaded test group (FSDPTestMultiThread and friends): no neuron backend is
+# created in the process, so DTensor's random module must be adapted when it is imported.
+_THREADED_SCRIPT = textwrap.dedent(
+    """
+    import json, threading
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.testing._internal.distributed.multi_threaded_pg import _install_threaded_pg
+
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    _install_threaded_pg()
+    store = dist.HashStore()
+    results, errors = {}, {}
+
+    def run(rank):
+        try:
+            dist.init_process_group("threaded", rank=rank, world_size=2, store=store)
+            mesh = init_device_mesh("neuron", (2,))
+            weight = distribute_tensor(torch.zeros(8, 4, device="neuron"), mesh, [Shard(0)])
+            torch.nn.init.uniform_(weight)
+            results[rank] = [weight.to_local().device.type, bool(weight.to_local().abs().sum() > 0)]
+        except BaseException as error:
+            errors[rank] = repr(error)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(json.dumps({"results": results, "errors": errors}))
+    """
+)
+
+
+def test_dtensor_random_ops_on_a_neuron_mesh_of_the_threaded_test_group() -> None:
+    out = subprocess.run([sys.executable, "-c", _THREADED_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"results": {"0": ["neuron", True], "1": ["neuron", True]}, "errors": {}}, result

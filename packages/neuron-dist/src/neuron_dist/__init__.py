@@ -11,6 +11,7 @@ from __future__ import annotations
 import neuron_runtime  # noqa: F401  (the device must exist before its backend)
 
 from neuron_dist._errors import (
+    CollectiveArgumentError,
     CollectiveMismatchError,
     CollectivePeerError,
     CollectiveTimeoutError,
@@ -21,6 +22,7 @@ from neuron_dist._registration import register
 
 __all__ = [
     "BACKEND_NAME",
+    "CollectiveArgumentError",
     "CollectiveMismatchError",
     "CollectivePeerError",
     "CollectiveTimeoutError",

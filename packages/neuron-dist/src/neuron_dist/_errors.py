@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 __all__ = [
+    "CollectiveArgumentError",
     "CollectiveMismatchError",
     "CollectivePeerError",
     "CollectiveTimeoutError",
@@ -18,6 +19,12 @@ class CollectiveTimeoutError(dist.DistBackendError):
 
 class CollectivePeerError(dist.DistBackendError):
     """A collective failed because a peer rank went away (exited or crashed) or the transport broke."""
+
+
+class CollectiveArgumentError(ValueError, RuntimeError):
+    """A collective was called with arguments it cannot run with on any rank (a root outside the
+    group, lists of the wrong length, tensors of mixed dtypes or sizes, a strided view). Raised when
+    the call is made, before anything is sent. A ``RuntimeError`` too, as gloo's refusals are."""
 
 
 class CollectiveMismatchError(RuntimeError):

@@ -30,10 +30,16 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
+from neuron_dist import _arguments
 from neuron_dist._arrivals import ArrivalBoard
 from neuron_dist._config import config
 from neuron_dist._deferred import DeferredCollective, DeferredWork, Steps
-from neuron_dist._errors import CollectivePeerError, CollectiveTimeoutError, UnsupportedDeviceError
+from neuron_dist._errors import (
+    CollectiveArgumentError,
+    CollectivePeerError,
+    CollectiveTimeoutError,
+    UnsupportedDeviceError,
+)
 from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
 from neuron_dist._reductions import Reduction, plan_reduction, reduce_op_type
@@ -225,7 +231,7 @@ class ProcessGroupNeuron:
             if not _dense_enough(op, tensor):
                 # gloo moves a tensor's memory as one block: a strided view would be read and
                 # written as if it were dense (NCCL refuses them the same way).
-                raise ValueError(
+                raise CollectiveArgumentError(
                     f"neuron: {op} got a non-contiguous tensor (shape {list(tensor.shape)}, strides "
                     f"{list(tensor.stride())}); collectives need dense tensors. Pass tensor.contiguous() "
                     f"and copy the result back into the view if you need it there."
@@ -373,6 +379,9 @@ class ProcessGroupNeuron:
     def allreduce(self, tensors: list[torch.Tensor], opts: _c10d.AllreduceOptions | None = None) -> NeuronWork:
         """All-reduce of ``tensors`` (one per call in practice) with ``opts.reduceOp``."""
         opts = opts if opts is not None else _c10d.AllreduceOptions()
+        _arguments.check_allreduce("all_reduce", tensors)
+        if len(tensors) > 1 and reduce_op_type(opts.reduceOp) == _RedOpType.AVG:
+            raise CollectiveArgumentError("neuron: all_reduce: ReduceOp.AVG takes a single-element tensor list")
         return self._allreduce("all_reduce", tensors, opts.reduceOp, opts.timeout)
 
     def allreduce_coalesced(
@@ -380,6 +389,7 @@ class ProcessGroupNeuron:
     ) -> NeuronWork:
         """All-reduce of several tensors as one collective."""
         opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
+        _arguments.check_allreduce("all_reduce_coalesced", tensors)
         return self._allreduce("all_reduce_coalesced", tensors, opts.reduceOp, opts.timeout)
 
     @_collective
@@ -410,14 +420,20 @@ class ProcessGroupNeuron:
             for wire, view in zip(wires, views):
                 plan.from_wire(wire, view)
 
-        return self._launch(
-            op, seq, lambda: [self._gloo.allreduce([w], gloo_opts) for w in wires], tensors, tensors, finish
-        )
+        if op == "all_reduce":  # several tensors: one reduction over all of them, gloo's semantics
+            start = lambda: self._gloo.allreduce(wires, gloo_opts)  # noqa: E731
+        else:  # coalesced: each tensor is its own reduction
+            start = lambda: [self._gloo.allreduce([w], gloo_opts) for w in wires]  # noqa: E731
+        return self._launch(op, seq, start, tensors, tensors, finish)
 
-    @_collective
-    def reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions | None = None) -> Steps:
+    def reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions | None = None) -> dist.Work:
         """Reduce to ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.ReduceOptions()
+        _arguments.check_reduce(tensors, opts.rootRank, opts.rootTensor, self._size)
+        return self._reduce(tensors, opts)
+
+    @_collective
+    def _reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions) -> Steps:
         tensor = tensors[0]
         signature = Signature(
             "reduce", tensor.dtype, tuple(tensor.shape), root=opts.rootRank,
@@ -438,15 +454,21 @@ class ProcessGroupNeuron:
             lambda: plan.from_wire(wire, view, divide=is_root),
         )
 
-    @_collective
     def reduce_scatter(
         self,
         outputs: list[torch.Tensor],
         input_lists: list[list[torch.Tensor]],
         opts: _c10d.ReduceScatterOptions | None = None,
-    ) -> Steps:
+    ) -> dist.Work:
         """Reduce-scatter from a list of per-rank inputs."""
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        _arguments.check_reduce_scatter(outputs, input_lists, self._size)
+        return self._reduce_scatter(outputs, input_lists, opts)
+
+    @_collective
+    def _reduce_scatter(
+        self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: _c10d.ReduceScatterOptions
+    ) -> Steps:
         output = outputs[0]
         signature = Signature(
             "reduce_scatter", output.dtype, tuple(output.shape),
@@ -468,6 +490,7 @@ class ProcessGroupNeuron:
     ) -> NeuronWork:
         """Reduce-scatter of one flat input into this rank's chunk (``reduce_scatter_tensor``)."""
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        _arguments.check_reduce_scatter_tensor("reduce_scatter_tensor", [output], [input], self._size)
         return self._reduce_scatter_tensors("reduce_scatter_tensor", [output], [input], opts)
 
     _reduce_scatter_base = reduce_scatter_single
@@ -480,6 +503,7 @@ class ProcessGroupNeuron:
     ) -> NeuronWork:
         """Several ``reduce_scatter_tensor`` calls as one collective."""
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        _arguments.check_reduce_scatter_tensor("reduce_scatter_tensor_coalesced", outputs, inputs, self._size)
         return self._reduce_scatter_tensors("reduce_scatter_tensor_coalesced", outputs, inputs, opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
@@ -529,25 +553,35 @@ class ProcessGroupNeuron:
 
     # ---- data movement ----------------------------------------------------------------------
 
-    @_collective
-    def broadcast(self, tensors: list[torch.Tensor], opts: _c10d.BroadcastOptions | None = None) -> Steps:
+    def broadcast(self, tensors: list[torch.Tensor], opts: _c10d.BroadcastOptions | None = None) -> dist.Work:
         """Broadcast from ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.BroadcastOptions()
+        _arguments.check_broadcast(tensors, opts.rootRank, opts.rootTensor, self._size)
+        return self._broadcast(tensors, opts)
+
+    @_collective
+    def _broadcast(self, tensors: list[torch.Tensor], opts: _c10d.BroadcastOptions) -> Steps:
         tensor = tensors[0]
         signature = Signature("broadcast", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
         seq, _ = yield from self._begin(signature, tensors)
         wires = _wires(host_views(tensors))
         return self._launch("broadcast", seq, lambda: self._gloo.broadcast(wires, opts), tensors, tensors)
 
-    @_collective
     def allgather(
         self,
         output_lists: list[list[torch.Tensor]],
         inputs: list[torch.Tensor],
         opts: _c10d.AllgatherOptions | None = None,
-    ) -> Steps:
+    ) -> dist.Work:
         """All-gather into a list of per-rank outputs."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
+        _arguments.check_allgather(output_lists, inputs, self._size)
+        return self._allgather(output_lists, inputs, opts)
+
+    @_collective
+    def _allgather(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
+    ) -> Steps:
         tensor = inputs[0]
         seq, _ = yield from self._begin(Signature("all_gather", tensor.dtype, tuple(tensor.shape)), [*inputs, *output_lists[0]])
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
@@ -556,15 +590,21 @@ class ProcessGroupNeuron:
             "all_gather", seq, lambda: self._gloo.allgather(outs, ins, opts), output_lists, (output_lists, inputs)
         )
 
-    @_collective
     def allgather_coalesced(
         self,
         output_lists: list[list[torch.Tensor]],
         inputs: list[torch.Tensor],
         opts: _c10d.AllgatherOptions | None = None,
-    ) -> Steps:
+    ) -> dist.Work:
         """Several list all-gathers as one collective."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
+        _arguments.check_allgather_coalesced(output_lists, inputs, self._size)
+        return self._allgather_coalesced(output_lists, inputs, opts)
+
+    @_collective
+    def _allgather_coalesced(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
+    ) -> Steps:
         tensor = inputs[0]
         signature = Signature(
             "all_gather_coalesced", tensor.dtype, tuple(tensor.shape), numel=sum(t.numel() for t in inputs)
@@ -582,6 +622,7 @@ class ProcessGroupNeuron:
     ) -> NeuronWork:
         """All-gather into one flat output (``all_gather_into_tensor``)."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
+        _arguments.check_allgather_into_tensor("all_gather_into_tensor", [output], [input], self._size)
         return self._all_gather_tensors("all_gather_into_tensor", [output], [input], opts)
 
     _allgather_base = all_gather_single
@@ -594,6 +635,7 @@ class ProcessGroupNeuron:
     ) -> NeuronWork:
         """Several ``all_gather_into_tensor`` calls as one collective."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
+        _arguments.check_allgather_into_tensor("all_gather_into_tensor_coalesced", outputs, inputs, self._size)
         return self._all_gather_tensors("all_gather_into_tensor_coalesced", outputs, inputs, opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -625,7 +667,6 @@ class ProcessGroupNeuron:
             outputs, (outputs, inputs),
         )
 
-    @_collective
     def all_to_all_single(
         self,
         output: torch.Tensor,
@@ -633,9 +674,21 @@ class ProcessGroupNeuron:
         output_split_sizes: list[int],
         input_split_sizes: list[int],
         opts: _c10d.AllToAllOptions | None = None,
-    ) -> Steps:
+    ) -> dist.Work:
         """All-to-all of one flat tensor, split along dim 0 (equally when no split sizes are given)."""
         opts = opts if opts is not None else _c10d.AllToAllOptions()
+        _arguments.check_alltoall_single(output, input, output_split_sizes, input_split_sizes, self._size)
+        return self._all_to_all_single(output, input, output_split_sizes, input_split_sizes, opts)
+
+    @_collective
+    def _all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int],
+        input_split_sizes: list[int],
+        opts: _c10d.AllToAllOptions,
+    ) -> Steps:
         n = self.size()
         in_splits = list(input_split_sizes) or [_rows(input) // n] * n
         out_splits = list(output_split_sizes) or [_rows(output) // n] * n
@@ -656,12 +709,16 @@ class ProcessGroupNeuron:
 
     alltoall_base = all_to_all_single
 
-    @_collective
     def alltoall(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllToAllOptions | None = None
-    ) -> Steps:
+    ) -> dist.Work:
         """All-to-all of per-rank tensor lists."""
         opts = opts if opts is not None else _c10d.AllToAllOptions()
+        _arguments.check_alltoall(outputs, inputs, self._size)
+        return self._alltoall(outputs, inputs, opts)
+
+    @_collective
+    def _alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllToAllOptions) -> Steps:
         first = inputs[0]
         signature = Signature(
             "all_to_all", first.dtype, (), numel=sum(t.numel() for t in inputs),
@@ -696,15 +753,21 @@ class ProcessGroupNeuron:
             outputs, (outputs, inputs, send, recv), finish,
         )
 
-    @_collective
     def gather(
         self,
         output_lists: list[list[torch.Tensor]],
         inputs: list[torch.Tensor],
         opts: _c10d.GatherOptions | None = None,
-    ) -> Steps:
+    ) -> dist.Work:
         """Gather to ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.GatherOptions()
+        _arguments.check_gather(output_lists, inputs, opts.rootRank, self._rank, self._size)
+        return self._gather(output_lists, inputs, opts)
+
+    @_collective
+    def _gather(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: _c10d.GatherOptions
+    ) -> Steps:
         tensor = inputs[0]
         signature = Signature("gather", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
         seq, _ = yield from self._begin(signature, [*inputs, *(t for ts in output_lists for t in ts)])
@@ -714,15 +777,21 @@ class ProcessGroupNeuron:
             "gather", seq, lambda: self._gloo.gather(outs, ins, opts), output_lists, (output_lists, inputs)
         )
 
-    @_collective
     def scatter(
         self,
         outputs: list[torch.Tensor],
         input_lists: list[list[torch.Tensor]],
         opts: _c10d.ScatterOptions | None = None,
-    ) -> Steps:
+    ) -> dist.Work:
         """Scatter from ``opts.rootRank``."""
         opts = opts if opts is not None else _c10d.ScatterOptions()
+        _arguments.check_scatter(outputs, input_lists, opts.rootRank, self._rank, self._size)
+        return self._scatter(outputs, input_lists, opts)
+
+    @_collective
+    def _scatter(
+        self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: _c10d.ScatterOptions
+    ) -> Steps:
         tensor = outputs[0]
         signature = Signature("scatter", tensor.dtype, tuple(tensor.shape), root=opts.rootRank)
         seq, _ = yield from self._begin(signature, [*outputs, *(t for ts in input_lists for t in ts)])

@@ -24,7 +24,7 @@ def _create(options: Any, backend_options: Any = None) -> _C.PythonBackend:
     :data:`_DEVICES`, so collectives pass through the ``c10d`` dispatcher ops as gloo's and
     NCCL's do (dispatch modes such as ``CommDebugMode`` see them).
     """
-    _dtensor_random.install()  # DTensor is imported here, not at ``import torch``
+    _dtensor_random.install()
     impl = ProcessGroupNeuron(
         options.store,
         options.group_rank,
@@ -67,3 +67,4 @@ def register() -> None:
     _default_backend.install()
     _bound_device.install()
     _monitored_barrier.install()
+    _dtensor_random.install_when_imported()

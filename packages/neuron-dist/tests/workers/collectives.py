@@ -53,7 +53,7 @@ _REDUCERS = {
 def _reference(op: R.RedOpType, dtype: torch.dtype) -> torch.Tensor:
     inputs = [_value(r, dtype) for r in range(WORLD)]
     if op == R.AVG:
-        total = fold(torch.add, [x.to(torch.float64) for x in inputs])
+        total = fold(torch.add, [x.to(torch.int32) for x in inputs])
         avg = total / WORLD
         return (avg.trunc() if not dtype.is_floating_point else avg).to(dtype)
     return _REDUCERS[op](inputs)
@@ -516,6 +516,98 @@ def non_contiguous_tensors_raise_instead_of_corrupting() -> str:
     expected = sum(torch.arange(2 * 3 * 4 * 4.0).reshape(2, 3, 4, 4) + r for r in range(WORLD))
     _expect(on_device, expected, "all_reduce of a channels_last tensor")
     return text
+
+
+def _invalid_calls(pg: dist.ProcessGroup) -> dict[str, tuple[object, str]]:
+    """Calls no rank can run (the same on every rank), with what each error must say."""
+    c10d = dist.distributed_c10d
+
+    def zeros(n: int = 1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.zeros(n, dtype=dtype, device=DEVICE)
+
+    def opts(kind, **fields):
+        made = kind()
+        for name, value in fields.items():
+            setattr(made, name, value)
+        return made
+
+    root_list = [zeros() for _ in range(WORLD)]
+    return {
+        "broadcast root -1": (lambda: pg.broadcast([zeros()], opts(c10d.BroadcastOptions, rootRank=-1)),
+                              "invalid root rank: -1"),
+        "broadcast root = size": (lambda: pg.broadcast([zeros()], opts(c10d.BroadcastOptions, rootRank=WORLD)),
+                                  f"invalid root rank: {WORLD}"),
+        "broadcast root tensor": (lambda: pg.broadcast([zeros()], opts(c10d.BroadcastOptions, rootTensor=1)),
+                                  "invalid root tensor: 1"),
+        "broadcast mixed dtypes": (lambda: pg.broadcast([zeros(), zeros(1, torch.int32)]), "invalid tensor type"),
+        "all_reduce mixed sizes": (lambda: pg.allreduce([zeros(1), zeros(2)]), "invalid tensor size at index 1"),
+        "all_reduce_coalesced mixed dtypes": (lambda: pg.allreduce_coalesced([zeros(), zeros(1, torch.int64)]),
+                                              "same type"),
+        "reduce two tensors": (lambda: pg.reduce([zeros(), zeros()], opts(c10d.ReduceOptions, rootRank=0)),
+                               "single-element tensor list"),
+        "reduce root = size": (lambda: pg.reduce([zeros()], opts(c10d.ReduceOptions, rootRank=WORLD)),
+                               "invalid root rank"),
+        "gather short output list": (
+            lambda: pg.gather([root_list[:-1]] if RANK == 0 else [], [zeros()], opts(c10d.GatherOptions, rootRank=0))
+            if RANK == 0 else pg.gather([[zeros()]], [zeros()], opts(c10d.GatherOptions, rootRank=0)),
+            "output list size" if RANK == 0 else "empty output on non-root"),
+        "scatter wrong dtype": (
+            lambda: pg.scatter([zeros()], [[zeros(1, torch.int64)] * WORLD] if RANK == 0 else [[zeros()]],
+                               opts(c10d.ScatterOptions, rootRank=0)),
+            "invalid tensor type" if RANK == 0 else "empty input on non-root"),
+        "all_gather short output list": (lambda: pg.allgather([[zeros()] * (WORLD - 1)], [zeros()]),
+                                         f"expected length {WORLD}"),
+        "all_gather wrong output size": (lambda: pg.allgather([[zeros(2)] * WORLD], [zeros()]), "invalid tensor size"),
+        "all_gather_into_tensor small output": (lambda: pg._allgather_base(zeros(WORLD * 4 - 1), zeros(4)),
+                                                "world_size times input tensor size"),
+        "reduce_scatter_tensor wrong dtype": (lambda: pg._reduce_scatter_base(zeros(2), zeros(2 * WORLD, torch.int32)),
+                                              "same type"),
+        "all_to_all_single splits": (lambda: pg.alltoall_base(zeros(WORLD), zeros(WORLD), [1] * WORLD, [2] * WORLD),
+                                     "split sizes"),
+        "all_to_all list length": (lambda: pg.alltoall([zeros()] * (WORLD + 1), [zeros()] * (WORLD + 1)),
+                                   "input list size"),
+    }
+
+
+@cases.case
+def invalid_arguments_raise_at_call_and_leave_the_group_usable() -> list[str]:
+    """As gloo does: a call no rank can run raises when it is made, before anything is sent, so
+    the group stays in step (before, such calls went out and failed as transport errors)."""
+    pg = dist.group.WORLD
+    messages = []
+    for name, (call, expected) in _invalid_calls(pg).items():
+        try:
+            call()
+        except neuron_dist.CollectiveArgumentError as error:
+            assert isinstance(error, RuntimeError) and isinstance(error, ValueError), name
+            assert expected in str(error), f"{name}: {error}"
+            messages.append(str(error))
+        else:
+            raise AssertionError(f"{name}: accepted")
+    tensor = torch.full((3,), float(RANK), device=DEVICE)
+    dist.all_reduce(tensor)  # every rank refused the same calls: still in step
+    _expect(tensor, torch.full((3,), float(sum(range(WORLD)))), "all_reduce after refused calls")
+    return messages
+
+
+@cases.case
+def list_all_reduce_reduces_every_tensor_of_every_rank() -> None:
+    """gloo's semantics for several tensors in one all_reduce call (one per local device in the
+    legacy multi-device API): one reduction over all of them, written into each."""
+    pg = dist.group.WORLD
+    tensors = [torch.tensor([2.0 * RANK], device=DEVICE), torch.tensor([2.0 * RANK + 1], device=DEVICE)]
+    pg.allreduce(tensors).wait()
+    total = float(sum(range(2 * WORLD)))
+    for tensor in tensors:
+        _expect(tensor, torch.tensor([total]), "list all_reduce")
+    options = dist.AllreduceOptions()
+    options.reduceOp = R.AVG
+    try:
+        pg.allreduce(tensors, options)
+    except neuron_dist.CollectiveArgumentError as error:
+        assert "AVG" in str(error), error
+    else:
+        raise AssertionError("a list all_reduce with AVG was accepted")
 
 
 @cases.case
