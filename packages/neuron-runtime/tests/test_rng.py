@@ -76,6 +76,20 @@ def test_dropout_and_inplace_random_ops():
     assert z.min() >= 2 and z.max() <= 3
 
 
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_dropout_matches_the_cpu_kernel_mask_dtype_included(train, dtype):
+    # The training mask came back in the input's dtype (4x the memory autograd saves) where the
+    # CPU and CUDA kernels return bool.
+    x = torch.randn(64, 33).to(dtype)
+    torch.manual_seed(7)
+    cpu_out, cpu_mask = torch.ops.aten.native_dropout.default(x, 0.3, train)
+    torch.manual_seed(7)
+    out, mask = torch.ops.aten.native_dropout.default(x.to("neuron"), 0.3, train)
+    assert mask.dtype == cpu_mask.dtype == torch.bool
+    assert torch.equal(mask.cpu(), cpu_mask) and torch.equal(out.cpu(), cpu_out)
+
+
 def test_cpu_generator_for_neuron_op_errors():
     with pytest.raises(RuntimeError, match="Expected a 'neuron' device type for generator"):
         torch.randn(3, device="neuron", generator=torch.Generator())

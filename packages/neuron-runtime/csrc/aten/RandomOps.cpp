@@ -21,7 +21,8 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
     const double scale = keep == 0 ? 0. : 1. / keep;
     at::Tensor mask = at::empty_like(input, at::MemoryFormat::Contiguous);
     mask.bernoulli_(keep);
-    return {input.mul(mask).mul_(scale), mask};
+    // The mask comes back as bool, as ATen's CPU and CUDA kernels return it (and autograd saves it).
+    return {input.mul(mask).mul_(scale), mask.to(at::kBool)};
   }
   return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
 }
