@@ -20,7 +20,8 @@ CASES = [
     "tensor_parallel_colwise_rowwise",
     "sequence_parallel_plan",
     "dtensor_distribute_redistribute_ops",
-    "dtensor_random_ops_draw_per_shard",
+    "dtensor_random_ops_match_the_unsharded_op",
+    "fsdp2_meta_device_init_matches_single_device_init",
     "dtensor_compiled_with_functional_collectives",
 ]
 

@@ -1,41 +1,180 @@
-"""DTensor's random ops on ``neuron`` meshes: each rank's own generator, as on CPU meshes.
+"""DTensor's random ops on ``neuron`` meshes: every shard gets its part of one random tensor.
 
-DTensor coordinates random ops across ranks only on devices whose generator is a Philox
-(seed, offset) pair, as CUDA's is: it rewrites the offset of the state before each op. It
-recognises such devices by their having ``set_rng_state``, which ``torch.neuron`` has for the
-checkpointing code of accelerate and transformers; but the emulated device's generator is
-the CPU's Mersenne Twister (equal seeds give the CPU's stream), whose 5056-byte state DTensor
-cannot rewrite: every random op on a neuron DTensor (``nn.init`` of FSDP2 or TP parameters,
-dropout on sharded activations) failed with an AssertionError inside DTensor.
+On CUDA, DTensor makes a random op on a sharded tensor (``nn.init`` of FSDP2 or tensor-parallel
+parameters, dropout on sharded activations) give each shard its own part of the values the
+unsharded op would draw, by moving the offset of CUDA's Philox generator to where each shard's
+values start. The emulated device's generator is the CPU's Mersenne Twister (equal seeds give
+the CPU's stream), which has no offset to move: DTensor's tracker failed on it, and drawing per
+shard instead (what DTensor does on CPU meshes) gave every rank seeded alike the *same* values,
+so a sharded weight started as one block repeated, and uneven shards left the ranks' generators
+out of step.
 
-Neuron meshes therefore take DTensor's path for CPU meshes: a random op on a DTensor runs on
-each rank's local shard with that rank's generator (seed ranks as the program needs: equal
-seeds give equal draws on every shard). As for CPU meshes, DTensor's own
-``manual_seed(seed, mesh)`` warns and seeds nothing: seed with ``torch.manual_seed``.
+So on neuron meshes each rank draws the whole tensor with its generator and keeps its shard's
+part: the result equals the unsharded op's for the same seed, as on CUDA, and every rank's
+generator advances alike. The cost is the unsharded op's draws on each rank. Shards that are not
+one block of the global tensor (FSDP x TP's strided shards), ``bernoulli`` with a tensor of
+probabilities (whose other shards this rank does not have) and random ops under PyTorch's
+LocalTensor mode draw per shard, as before. As for CUDA meshes, DTensor's tracker starts by
+giving every rank rank 0's generator state (seed every rank alike with ``torch.manual_seed``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 __all__ = ["install", "install_when_imported"]
 
 _RANDOM = "torch.distributed.tensor._random"
-_DISPATCH = "torch.distributed.tensor._dispatch"
 _lock = threading.Lock()
 _installed = False
+aten = torch.ops.aten
 
 
-def install() -> None:
-    """Makes DTensor treat neuron meshes like CPU meshes for random ops (idempotent)."""
-    from torch.distributed.tensor import _random
+def _in_place(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
+    local = args[0]
+    whole = torch.empty(shape, dtype=local.dtype, device=local.device)
+    func(whole, *args[1:], **kwargs)
+    return local.copy_(whole[part])
 
-    _patch(_random)
+
+def _like(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
+    local = args[0]
+    whole = func(torch.empty(shape, dtype=local.dtype, device=local.device), *args[1:], **kwargs)
+    return whole[part].clone()
+
+
+def _factory(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
+    return func(list(shape), *args[1:], **kwargs)[part].clone()
+
+
+def _dropout(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
+    local, p = args[0], args[1]
+    train = args[2] if len(args) > 2 else kwargs.get("train")
+    if train is False:
+        return func(*args, **kwargs)
+    # The mask depends only on the shape: draw the whole one, scale this shard as the kernel does.
+    _, mask = func(torch.ones(shape, dtype=local.dtype, device=local.device), p, train)
+    mask = mask[part]
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    return local.mul(mask).mul_(scale), mask.clone()
+
+
+# DTensor's random ops whose draws depend only on the tensor's shape, by how to run them whole.
+_WHOLE_DRAWS: dict[Any, Callable[..., Any]] = {
+    aten.normal_.default: _in_place,
+    aten.uniform_.default: _in_place,
+    aten.bernoulli_.float: _in_place,
+    aten.rand_like.default: _like,
+    aten.randn_like.default: _like,
+    aten.randint_like.default: _like,
+    aten.randint_like.low_dtype: _like,
+    aten.rand.default: _factory,
+    aten.randn.default: _factory,
+    aten.native_dropout.default: _dropout,
+}
+
+
+def _shard_part(spec: Any) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
+    """(global shape, this rank's block of it), or None if the shard is not one block."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if any(type(placement) not in (Shard, Replicate) for placement in spec.placements):
+        return None  # _StridedShard, Partial
+    shape = tuple(spec.shape)
+    local_shape, offset = compute_local_shape_and_global_offset(shape, spec.mesh, spec.placements)
+    return shape, tuple(slice(start, start + size) for start, size in zip(offset, local_shape))
+
+
+class _DrawWhole(TorchDispatchMode):
+    """Runs the region's random op on the whole tensor and keeps this rank's part."""
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__()
+        self._spec = spec
+        self._done = False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        run = _WHOLE_DRAWS.get(func)
+        if run is None or self._done:
+            return func(*args, **kwargs)
+        self._done = True  # one random op per region; anything it calls runs as it is
+        found = _shard_part(self._spec)
+        if found is None:
+            return func(*args, **kwargs)
+        shape, part = found
+        local_shape = tuple(args[0]) if run is _factory else tuple(args[0].shape)
+        if local_shape != tuple(s.stop - s.start for s in part):
+            return func(*args, **kwargs)  # not the local shard DTensor describes: leave it alone
+        return run(func, args, kwargs, shape, part)
+
+
+@contextlib.contextmanager
+def _generator_as_default(generator: torch.Generator | None, device: torch.device) -> Iterator[None]:
+    """Makes ``generator`` the device's default generator for the region (DTensor takes it out of
+    the op's arguments), and hands its advanced state back afterwards."""
+    if generator is None:
+        yield
+        return
+    index = device.index if device.index is not None else torch.neuron.current_device()
+    saved = torch.neuron.get_rng_state(index)
+    torch.neuron.set_rng_state(generator.get_state(), index)
+    try:
+        yield
+    finally:
+        generator.set_state(torch.neuron.get_rng_state(index))
+        torch.neuron.set_rng_state(saved, index)
+
+
+def _tracker_class(random_module: ModuleType) -> type:
+    """DTensor's ``OffsetBasedRNGTracker``, building a :class:`_DrawWholeTracker` for neuron meshes."""
+    upstream = random_module.OffsetBasedRNGTracker
+    base = random_module._RNGStateTracker
+
+    class OffsetBasedRNGTracker(upstream):  # type: ignore[misc, valid-type]
+        __doc__ = upstream.__doc__
+
+        def __new__(cls, device_mesh: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if cls is OffsetBasedRNGTracker and getattr(device_mesh, "device_type", None) == "neuron":
+                return super().__new__(_DrawWholeTracker)
+            return super().__new__(cls)
+
+    class _DrawWholeTracker(OffsetBasedRNGTracker):
+        """DTensor's RNG tracker for neuron meshes: whole draws, this rank's part kept."""
+
+        def __init__(self, device_mesh: Any, run_state_sync: bool = True) -> None:
+            base.__init__(self, torch.device("neuron", torch.neuron.current_device()))
+            if run_state_sync:  # as DTensor does for CUDA: every rank starts from rank 0's state
+                state = torch.neuron.get_rng_state().to(self._device)
+                torch.distributed.broadcast(state, 0)
+                torch.neuron.set_rng_state(state.cpu())
+
+        @contextlib.contextmanager
+        def _distribute_region(self, spec: Any, generator: torch.Generator | None = None) -> Iterator[None]:
+            from torch.distributed._local_tensor import enabled_local_tensor_mode
+
+            if not self.distribute_region_enabled or enabled_local_tensor_mode():
+                with _generator_as_default(generator, self._device):
+                    yield
+                return
+            with _generator_as_default(generator, self._device), _DrawWhole(spec):
+                yield
+
+        def _manual_seed(self, parallel_seed: int) -> None:
+            torch.neuron.manual_seed(parallel_seed)
+
+    return OffsetBasedRNGTracker
 
 
 def _patch(random_module: ModuleType) -> None:
@@ -43,22 +182,15 @@ def _patch(random_module: ModuleType) -> None:
     with _lock:
         if _installed:
             return
-        upstream = random_module.is_rng_supported_mesh
-
-        def is_rng_supported_mesh(device_mesh: Any) -> bool:
-            if getattr(device_mesh, "device_type", None) == "neuron":
-                return False
-            return upstream(device_mesh)
-
-        is_rng_supported_mesh.__doc__ = upstream.__doc__
-        is_rng_supported_mesh.__wrapped__ = upstream  # type: ignore[attr-defined]
-        # _api and manual_seed read the module attribute; _dispatch imports the name (after this
-        # module has run, so it gets the patched one, unless it was imported before install()).
-        random_module.is_rng_supported_mesh = is_rng_supported_mesh
-        dispatch = sys.modules.get(_DISPATCH)
-        if dispatch is not None and getattr(dispatch, "is_rng_supported_mesh", None) is upstream:
-            dispatch.is_rng_supported_mesh = is_rng_supported_mesh
+        random_module.OffsetBasedRNGTracker = _tracker_class(random_module)
         _installed = True
+
+
+def install() -> None:
+    """Makes DTensor's random ops on neuron meshes draw whole tensors (idempotent)."""
+    from torch.distributed.tensor import _random
+
+    _patch(_random)
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):

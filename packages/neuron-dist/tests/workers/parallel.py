@@ -342,22 +342,75 @@ def dtensor_distribute_redistribute_ops() -> None:
     _close(partial.redistribute(MESH, [Shard(0)]).full_tensor(), a * WORLD, "Partial -> Shard (reduce_scatter)")
 
 
+def _generator_digest() -> list[int]:
+    """Every rank's neuron generator state, summarised (equal states: equal lists on all ranks)."""
+    state = torch.neuron.get_rng_state()
+    digest = [int(state.sum()), int((state.to(torch.int64) * torch.arange(state.numel())).sum())]
+    every = [None] * WORLD
+    dist.all_gather_object(every, digest)
+    return every
+
+
 @cases.case
-def dtensor_random_ops_draw_per_shard() -> bool:
-    """nn.init and dropout on neuron DTensors run on each shard with its rank's generator, as
-    on CPU meshes (DTensor's offset rewriting needs a Philox state, which the device lacks)."""
-    weight = distribute_tensor(torch.empty(8, 6, device=DEVICE), MESH, [Shard(0)])
-    torch.manual_seed(7 + RANK)
+def dtensor_random_ops_match_the_unsharded_op() -> bool:
+    """As on CUDA: a random op on a sharded DTensor gives each shard its part of what the op draws
+    on the whole tensor for the same seed, and every rank's generator advances alike (uneven
+    shards too). Before, each rank drew its own shard, so ranks seeded alike got equal shards."""
+    rows = 4 * WORLD + 1  # uneven shards
+    torch.manual_seed(7)
+    weight = distribute_tensor(torch.empty(rows, 6, device=DEVICE), MESH, [Shard(0)])
     torch.nn.init.kaiming_uniform_(weight, a=0.1)  # how FSDP2/TP modules initialise parameters
-    torch.manual_seed(7 + RANK)
-    expected = torch.nn.init.kaiming_uniform_(torch.empty(8 // WORLD, 6, device=DEVICE), a=0.1)
-    _close(weight.to_local(), expected, "kaiming_uniform_ on the local shard", atol=0, rtol=0)
-    full = weight.full_tensor()
-    assert not torch.equal(full[: 8 // WORLD], full[8 // WORLD: 2 * (8 // WORLD)]), "ranks drew equal shards"
-    dropped = torch.nn.functional.dropout(weight, p=0.5, training=True)
-    kept = dropped.to_local() != 0
-    assert isinstance(dropped, DTensor) and 0 < int(kept.sum()) < kept.numel(), "dropout kept all or none"
-    _close(dropped.to_local()[kept], 2 * weight.to_local()[kept], "dropout scaling")
+    columns = distribute_tensor(torch.empty(6, rows, device=DEVICE), MESH, [Shard(1)])
+    torch.nn.init.normal_(columns)
+    replicated = distribute_tensor(torch.empty(3, 3, device=DEVICE), MESH, [Replicate()])
+    torch.nn.init.uniform_(replicated)
+    factory = torch.distributed.tensor.randn(rows, 5, device_mesh=MESH, placements=[Shard(0)])
+    digest = _generator_digest()
+    assert len({str(d) for d in digest}) == 1, f"generators out of step: {digest}"
+
+    torch.manual_seed(7)  # the same ops on whole tensors, one device
+    expected = [torch.nn.init.kaiming_uniform_(torch.empty(rows, 6, device=DEVICE), a=0.1),
+                torch.nn.init.normal_(torch.empty(6, rows, device=DEVICE)),
+                torch.nn.init.uniform_(torch.empty(3, 3, device=DEVICE)),
+                torch.randn(rows, 5, device=DEVICE)]
+    for got, want, what in zip((weight, columns, replicated, factory), expected,
+                               ("kaiming_uniform_ Shard(0)", "normal_ Shard(1)", "uniform_ Replicate", "randn")):
+        _close(got, want, what, atol=0, rtol=0)
+
+    activations = torch.randn(rows, 8, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    torch.manual_seed(11)
+    dropped = torch.nn.functional.dropout(distribute_tensor(activations, MESH, [Shard(0)]), p=0.5, training=True)
+    torch.manual_seed(11)
+    _close(dropped, torch.nn.functional.dropout(activations, p=0.5, training=True), "dropout", atol=0, rtol=0)
+
+    generator = torch.Generator(DEVICE).manual_seed(5)  # an explicit generator advances as unsharded
+    torch.nn.init.uniform_(weight, generator=generator)
+    reference = torch.Generator(DEVICE).manual_seed(5)
+    _close(weight, torch.nn.init.uniform_(torch.empty(rows, 6, device=DEVICE), generator=reference),
+           "uniform_ with a generator", atol=0, rtol=0)
+    assert torch.equal(generator.get_state(), reference.get_state()), "the generator advanced differently"
+    return True
+
+
+@cases.case
+def fsdp2_meta_device_init_matches_single_device_init() -> bool:
+    """FSDP2's recipe for models too large for one device: build on meta, shard, allocate the
+    shards, initialise them. The parameters equal a single-device model's for the same seed."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(DIM, 3 * DIM + 1), nn.GELU(), nn.Linear(3 * DIM + 1, DIM))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=MESH)
+    fully_shard(model, mesh=MESH)
+    model.to_empty(device=DEVICE)
+    torch.manual_seed(21)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            layer.reset_parameters()
+    torch.manual_seed(21)
+    reference = nn.Sequential(nn.Linear(DIM, 3 * DIM + 1), nn.GELU(), nn.Linear(3 * DIM + 1, DIM)).to(DEVICE)
+    for (name, param), want in zip(model.named_parameters(), reference.parameters()):
+        _close(param, want, f"FSDP2 meta init of {name}", atol=0, rtol=0)
     return True
 
 
