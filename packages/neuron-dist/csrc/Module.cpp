@@ -2,6 +2,7 @@
 #include "BackendOptions.h"
 #include "PythonBackend.h"
 
+#include <pybind11/chrono.h>
 #include <torch/extension.h>
 
 namespace py = pybind11;
@@ -29,6 +30,11 @@ PYBIND11_MODULE(_C, m) {
           "Nothing to do: torch calls this on the ranks left out of a new_group of a group bound to a "
           "device whose backend splits (NCCL's communicator split needs every rank); a neuron split "
           "involves only the new group's ranks.")
+      .def(
+          "_set_default_timeout",
+          [](neuron_dist::PythonBackend& self, std::chrono::milliseconds timeout) { self.setTimeout(timeout); },
+          py::arg("timeout"),
+          "The timeout of collectives issued from now on, as ProcessGroupGloo._set_default_timeout.")
       .def_property_readonly(
           "options", [](neuron_dist::PythonBackend& self) { return self.getBackendOptions(); },
           "The group's options (timeout, name, global ranks), as ProcessGroupGloo.options.");

@@ -180,6 +180,11 @@ c10::intrusive_ptr<c10d::Backend::Options> PythonBackend::getBackendOptions() {
   return options;
 }
 
+void PythonBackend::setTimeout(std::chrono::milliseconds timeout) {
+  PythonCall call;
+  impl_.attr("_set_default_timeout")(timeout);
+}
+
 c10::intrusive_ptr<c10d::Backend> PythonBackend::split(
     const c10::intrusive_ptr<c10d::Store>& store,
     const std::vector<int>& ranks,

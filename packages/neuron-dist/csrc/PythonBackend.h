@@ -41,6 +41,8 @@ class PythonBackend : public c10d::Backend {
     return true;
   }
   c10::intrusive_ptr<Options> getBackendOptions() override;
+  // ProcessGroup.set_timeout / torch.distributed's _set_pg_timeout: the timeout of later collectives.
+  void setTimeout(std::chrono::milliseconds timeout) override;
   c10::intrusive_ptr<c10d::Backend> split(
       const c10::intrusive_ptr<c10d::Store>& store,
       const std::vector<int>& ranks,

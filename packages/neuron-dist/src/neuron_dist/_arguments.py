@@ -100,16 +100,17 @@ def check_reduce(tensors: Sequence[torch.Tensor], root: int, root_tensor: int, s
 
 def check_allgather(output_lists: Sequence[Sequence[torch.Tensor]], inputs: Sequence[torch.Tensor],
                     size: int) -> None:
-    """List ``all_gather``: per input, a list of ``size`` outputs like it."""
+    """List ``all_gather``: per input, a list of every rank's inputs (``size`` x inputs), like them."""
     _non_empty("all_gather", inputs, "input tensor list")
     if len(output_lists) != len(inputs):
         raise _fail("all_gather", "requires input/output tensor lists to have the same length "
                                   f"(got {len(inputs)} inputs and {len(output_lists)} output lists)")
     _like("all_gather", inputs[0], inputs[1:], offset=1)
+    expected = size * len(inputs)
     for position, outputs in enumerate(output_lists):
-        if len(outputs) != size:
+        if len(outputs) != expected:
             raise _fail("all_gather", f"invalid output tensor list at index {position} "
-                                      f"(expected length {size}, got {len(outputs)})")
+                                      f"(expected length {expected}, got {len(outputs)})")
         _like("all_gather", inputs[0], outputs)
 
 
@@ -144,12 +145,14 @@ def check_allgather_into_tensor(op: str, outputs: Sequence[torch.Tensor], inputs
 
 
 def check_reduce_scatter(outputs: Sequence[torch.Tensor], input_lists: Sequence[Sequence[torch.Tensor]],
-                         size: int) -> None:
-    """List ``reduce_scatter``: one output, one list of ``size`` inputs like it."""
+                         rank: int, size: int) -> None:
+    """List ``reduce_scatter``: one output, one list of ``size`` inputs of its dtype, this rank's
+    input of its size (the others may differ: input i is rank i's output)."""
     _single("reduce_scatter", outputs, "output tensor list")
     _single("reduce_scatter", input_lists, "input list")
     _list_of_size("reduce_scatter", input_lists[0], size, "input")
-    _like("reduce_scatter", outputs[0], input_lists[0])
+    _same_dtype("reduce_scatter", [outputs[0], *input_lists[0]])
+    _like("reduce_scatter", outputs[0], [input_lists[0][rank]], offset=rank)
 
 
 def check_reduce_scatter_tensor(op: str, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],

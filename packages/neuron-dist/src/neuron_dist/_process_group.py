@@ -101,6 +101,11 @@ def _dense_enough(op: str, tensor: torch.Tensor) -> bool:
     return tensor.is_contiguous(memory_format=layout)
 
 
+def _listed(output_lists: list[list[torch.Tensor]]) -> list[Any]:
+    """A list collective's result as gloo's work holds it: the one output list, or all of them."""
+    return output_lists[0] if len(output_lists) == 1 else output_lists
+
+
 def _rows(tensor: torch.Tensor) -> int:
     return tensor.shape[0] if tensor.dim() > 0 else 1
 
@@ -205,6 +210,11 @@ class ProcessGroupNeuron:
         self._board.close()
         self._gloo.shutdown()
 
+    def _set_default_timeout(self, timeout: timedelta) -> None:
+        """The timeout of collectives issued from now on (``ProcessGroup.set_timeout``)."""
+        self._gloo._set_default_timeout(timeout)
+        self._timeout = timeout
+
     def abort(self) -> None:
         """Same as :meth:`shutdown` (gloo has no separate abort)."""
         self._alive = False
@@ -233,7 +243,7 @@ class ProcessGroupNeuron:
                 # written as if it were dense (NCCL refuses them the same way).
                 raise CollectiveArgumentError(
                     f"neuron: {op} got a non-contiguous tensor (shape {list(tensor.shape)}, strides "
-                    f"{list(tensor.stride())}); collectives need dense tensors. Pass tensor.contiguous() "
+                    f"{list(tensor.stride())}): Tensors must be contiguous. Pass tensor.contiguous() "
                     f"and copy the result back into the view if you need it there."
                 )
 
@@ -422,8 +432,11 @@ class ProcessGroupNeuron:
 
         if op == "all_reduce":  # several tensors: one reduction over all of them, gloo's semantics
             start = lambda: self._gloo.allreduce(wires, gloo_opts)  # noqa: E731
-        else:  # coalesced: each tensor is its own reduction
-            start = lambda: [self._gloo.allreduce([w], gloo_opts) for w in wires]  # noqa: E731
+        else:  # coalesced: each tensor its own reduction, all in one flat buffer (gloo's semantics)
+            coalesced_opts = _c10d.AllreduceCoalescedOptions()
+            coalesced_opts.reduceOp = plan.op
+            coalesced_opts.timeout = timeout
+            start = lambda: self._gloo.allreduce_coalesced(wires, coalesced_opts)  # noqa: E731
         return self._launch(op, seq, start, tensors, tensors, finish)
 
     def reduce(self, tensors: list[torch.Tensor], opts: _c10d.ReduceOptions | None = None) -> dist.Work:
@@ -462,7 +475,7 @@ class ProcessGroupNeuron:
     ) -> dist.Work:
         """Reduce-scatter from a list of per-rank inputs."""
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
-        _arguments.check_reduce_scatter(outputs, input_lists, self._size)
+        _arguments.check_reduce_scatter(outputs, input_lists, self._rank, self._size)
         return self._reduce_scatter(outputs, input_lists, opts)
 
     @_collective
@@ -470,8 +483,9 @@ class ProcessGroupNeuron:
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: _c10d.ReduceScatterOptions
     ) -> Steps:
         output = outputs[0]
+        # the inputs are the same on every rank; outputs may differ in size (rank i's is input i)
         signature = Signature(
-            "reduce_scatter", output.dtype, tuple(output.shape),
+            "reduce_scatter", output.dtype, (), numel=sum(t.numel() for t in input_lists[0]),
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
         seq, _ = yield from self._begin(signature, [*outputs, *input_lists[0]])
@@ -583,11 +597,13 @@ class ProcessGroupNeuron:
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
     ) -> Steps:
         tensor = inputs[0]
-        seq, _ = yield from self._begin(Signature("all_gather", tensor.dtype, tuple(tensor.shape)), [*inputs, *output_lists[0]])
+        signature = Signature("all_gather", tensor.dtype, tuple(tensor.shape), numel=sum(t.numel() for t in inputs))
+        seq, _ = yield from self._begin(signature, [*inputs, *output_lists[0]])
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
-            "all_gather", seq, lambda: self._gloo.allgather(outs, ins, opts), output_lists, (output_lists, inputs)
+            "all_gather", seq, lambda: self._gloo.allgather(outs, ins, opts), _listed(output_lists),
+            (output_lists, inputs),
         )
 
     def allgather_coalesced(
@@ -774,7 +790,7 @@ class ProcessGroupNeuron:
         outs = [_wires(vs) for vs in host_view_lists(output_lists)]
         ins = _wires(host_views(inputs))
         return self._launch(
-            "gather", seq, lambda: self._gloo.gather(outs, ins, opts), output_lists, (output_lists, inputs)
+            "gather", seq, lambda: self._gloo.gather(outs, ins, opts), _listed(output_lists), (output_lists, inputs)
         )
 
     def scatter(

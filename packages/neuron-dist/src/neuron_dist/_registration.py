@@ -6,7 +6,15 @@ from typing import Any
 
 import torch.distributed as dist
 
-from neuron_dist import _C, _bound_device, _ddp_hooks, _default_backend, _dtensor_random, _monitored_barrier
+from neuron_dist import (
+    _C,
+    _bound_device,
+    _ddp_hooks,
+    _default_backend,
+    _dtensor_random,
+    _monitored_barrier,
+    _pg_timeout,
+)
 from neuron_dist._process_group import BACKEND_NAME, ProcessGroupNeuron
 
 __all__ = ["register"]
@@ -67,4 +75,5 @@ def register() -> None:
     _default_backend.install()
     _bound_device.install()
     _monitored_barrier.install()
+    _pg_timeout.install()
     _dtensor_random.install_when_imported()

@@ -611,6 +611,60 @@ def list_all_reduce_reduces_every_tensor_of_every_rank() -> None:
 
 
 @cases.case
+def list_collectives_follow_gloos_semantics() -> None:
+    """The ProcessGroup API's list forms, as gloo runs them (PyTorch's test_c10d_gloo.py)."""
+    pg = dist.group.WORLD
+    # a work's future holds the one output list itself (several lists: all of them)
+    outputs = [torch.full((1,), -1.0, device=DEVICE) for _ in range(WORLD)]
+    value = pg.allgather([outputs], [torch.full((1,), float(RANK), device=DEVICE)]).get_future().wait()
+    assert isinstance(value, list) and len(value) == WORLD and all(isinstance(t, torch.Tensor) for t in value), value
+    _expect(torch.cat(value), torch.arange(WORLD, dtype=torch.float32), "all_gather future value")
+    options = dist.GatherOptions()
+    options.rootRank = 0
+    gathered = [torch.empty(1, device=DEVICE) for _ in range(WORLD)] if RANK == 0 else []
+    value = pg.gather([gathered] if RANK == 0 else [], [torch.full((1,), float(RANK), device=DEVICE)],
+                      options).get_future().wait()
+    assert len(value) == (WORLD if RANK == 0 else 0), value
+    # several inputs: each output list holds every rank's inputs, rank by rank
+    inputs = [torch.full((1,), float(2 * RANK + i), device=DEVICE) for i in range(2)]
+    output_lists = [[torch.empty(1, device=DEVICE) for _ in range(2 * WORLD)] for _ in range(2)]
+    pg.allgather(output_lists, inputs).wait()
+    for outputs in output_lists:
+        _expect(torch.cat(outputs), torch.arange(2 * WORLD, dtype=torch.float32), "multi-input all_gather")
+    # coalesced all-reduce reduces each tensor once, even one listed twice
+    tensor = torch.full((1,), float(RANK + 1), device=DEVICE)
+    pg.allreduce_coalesced([tensor, tensor]).wait()
+    _expect(tensor, torch.full((1,), float(sum(r + 1 for r in range(WORLD)))), "allreduce_coalesced of one tensor twice")
+    # list reduce_scatter: input i is rank i's output, so sizes may differ by rank
+    output = torch.empty(RANK + 1, device=DEVICE)
+    dist.reduce_scatter(output, [torch.ones(i + 1, device=DEVICE) for i in range(WORLD)])
+    _expect(output, torch.full((RANK + 1,), float(WORLD)), "reduce_scatter with a size per rank")
+
+
+@cases.case
+def timeouts_can_be_changed_after_init() -> None:
+    """ProcessGroup.set_timeout, the backend's _set_default_timeout and torch's _set_pg_timeout
+    (torchtitan shortens the timeout with it after warm-up) change the group's timeout."""
+    import warnings
+
+    group = dist.new_group(list(range(WORLD)))
+    backend = group._get_backend(DEVICE)
+    gloo = backend.impl._gloo
+    backend._set_default_timeout(datetime.timedelta(seconds=23))
+    assert backend.options._timeout == datetime.timedelta(seconds=23), backend.options._timeout
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warned "only supported for either nccl or gloo"
+        dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=7), group)
+    assert backend.options._timeout == gloo.options._timeout == datetime.timedelta(seconds=7)
+    group.set_timeout(datetime.timedelta(seconds=9))
+    assert backend.options._timeout == gloo.options._timeout == datetime.timedelta(seconds=9)
+    tensor = torch.ones(2, device=DEVICE)
+    dist.all_reduce(tensor, group=group)
+    _expect(tensor, torch.full((2,), float(WORLD)), "all_reduce after the timeout changed")
+    destroy_when_every_rank_is_done(group)
+
+
+@cases.case
 def collectives_pass_through_c10d_dispatcher_ops() -> dict[str, int]:
     """Like gloo's and NCCL's, each collective is a c10d dispatcher op that dispatch modes see."""
     from torch.distributed.tensor.debug import CommDebugMode
