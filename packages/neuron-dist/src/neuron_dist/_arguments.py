@@ -129,19 +129,27 @@ def check_allgather_coalesced(output_lists: Sequence[Sequence[torch.Tensor]], in
             _like("all_gather_coalesced", input, [output], offset=index)
 
 
-def check_allgather_into_tensor(op: str, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
-                                size: int) -> None:
-    """``all_gather_into_tensor``: each output holds ``size`` inputs, in the input's dtype."""
+def _flat_pairs(op: str, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], size: int,
+                whole: str) -> None:
+    """Output/input pairs of one dtype, the ``whole`` side ("output" or "input") ``size`` times the other."""
     _non_empty(op, inputs, "input tensor list")
     if len(outputs) != len(inputs):
         raise _fail(op, f"requires as many outputs as inputs (got {len(outputs)} and {len(inputs)})")
+    part = "input" if whole == "output" else "output"
     for output, input in zip(outputs, inputs):
         if output.dtype != input.dtype:
             raise _fail(op, f"output tensor must have the same type as input tensor "
                             f"(got {output.dtype} and {input.dtype})")
-        if output.numel() != input.numel() * size:
-            raise _fail(op, f"output tensor size must be equal to world_size times input tensor size "
-                            f"(output has {output.numel()} elements, input {input.numel()}, world size {size})")
+        big, small = (output, input) if whole == "output" else (input, output)
+        if big.numel() != small.numel() * size:
+            raise _fail(op, f"{whole} tensor size must be equal to world_size times {part} tensor size "
+                            f"({whole} has {big.numel()} elements, {part} {small.numel()}, world size {size})")
+
+
+def check_allgather_into_tensor(op: str, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+                                size: int) -> None:
+    """``all_gather_into_tensor``: each output holds ``size`` inputs, in the input's dtype."""
+    _flat_pairs(op, outputs, inputs, size, whole="output")
 
 
 def check_reduce_scatter(outputs: Sequence[torch.Tensor], input_lists: Sequence[Sequence[torch.Tensor]],
@@ -158,44 +166,34 @@ def check_reduce_scatter(outputs: Sequence[torch.Tensor], input_lists: Sequence[
 def check_reduce_scatter_tensor(op: str, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                 size: int) -> None:
     """``reduce_scatter_tensor``: each input holds ``size`` outputs, in the output's dtype."""
-    _non_empty(op, inputs, "input tensor list")
-    if len(outputs) != len(inputs):
-        raise _fail(op, f"requires as many outputs as inputs (got {len(outputs)} and {len(inputs)})")
-    for output, input in zip(outputs, inputs):
-        if output.dtype != input.dtype:
-            raise _fail(op, f"output tensor must have the same type as input tensor "
-                            f"(got {output.dtype} and {input.dtype})")
-        if input.numel() != output.numel() * size:
-            raise _fail(op, f"input tensor size must be equal to world_size times output tensor size "
-                            f"(input has {input.numel()} elements, output {output.numel()}, world size {size})")
+    _flat_pairs(op, outputs, inputs, size, whole="input")
+
+
+def _rooted(op: str, root: int, rank: int, size: int, singles: Sequence[torch.Tensor], single_name: str,
+            lists: Sequence[Sequence[torch.Tensor]], list_name: str) -> None:
+    """One ``single_name`` tensor on every rank; the root alone passes one list of ``size``
+    ``list_name`` tensors like it (``gather``: outputs, ``scatter``: inputs)."""
+    _root(op, root, size)
+    _single(op, singles, f"{single_name} tensor list")
+    if rank == root:
+        if len(lists) != 1:
+            raise _fail(op, f"requires a single-element {list_name} list containing a list with {size} tensors")
+        _list_of_size(op, lists[0], size, list_name)
+        _like(op, singles[0], lists[0])
+    elif len(lists) > 0:
+        raise _fail(op, f"requires empty {list_name} on non-root")
 
 
 def check_gather(output_lists: Sequence[Sequence[torch.Tensor]], inputs: Sequence[torch.Tensor],
                  root: int, rank: int, size: int) -> None:
     """``gather``: one input; the root alone passes one list of ``size`` outputs like it."""
-    _root("gather", root, size)
-    _single("gather", inputs, "input tensor list")
-    if rank == root:
-        if len(output_lists) != 1:
-            raise _fail("gather", f"requires a single-element output list containing a list with {size} tensors")
-        _list_of_size("gather", output_lists[0], size, "output")
-        _like("gather", inputs[0], output_lists[0])
-    elif len(output_lists) > 0:
-        raise _fail("gather", "requires empty output on non-root")
+    _rooted("gather", root, rank, size, inputs, "input", output_lists, "output")
 
 
 def check_scatter(outputs: Sequence[torch.Tensor], input_lists: Sequence[Sequence[torch.Tensor]],
                   root: int, rank: int, size: int) -> None:
     """``scatter``: one output; the root alone passes one list of ``size`` inputs like it."""
-    _root("scatter", root, size)
-    _single("scatter", outputs, "output tensor list")
-    if rank == root:
-        if len(input_lists) != 1:
-            raise _fail("scatter", f"requires a single-element input list containing a list with {size} tensors")
-        _list_of_size("scatter", input_lists[0], size, "input")
-        _like("scatter", outputs[0], input_lists[0])
-    elif len(input_lists) > 0:
-        raise _fail("scatter", "requires empty input on non-root")
+    _rooted("scatter", root, rank, size, outputs, "output", input_lists, "input")
 
 
 def check_alltoall(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], size: int) -> None:
