@@ -10,10 +10,10 @@ so a sharded weight started as one block repeated, and uneven shards left the ra
 out of step.
 
 So on neuron meshes each rank draws the whole tensor with its generator and keeps its shard's
-part: the result equals the unsharded op's for the same seed, as on CUDA, and every rank's
-generator advances alike. The cost is the unsharded op's draws on each rank. Shards that are not
-one block of the global tensor (FSDP x TP's strided shards), ``bernoulli`` with a tensor of
-probabilities (whose other shards this rank does not have) and random ops under PyTorch's
+part, which DTensor's own sharding picks (strided FSDP x TP shards included): the result equals
+the unsharded op's for the same seed, as on CUDA, and every rank's generator advances alike. The
+cost is the unsharded op's draws on each rank. ``bernoulli`` with a tensor of probabilities
+(whose other shards this rank does not have), partial tensors and random ops under PyTorch's
 LocalTensor mode draw per shard, as before. As for CUDA meshes, DTensor's tracker starts by
 giving every rank rank 0's generator state (seed every rank alike with ``torch.manual_seed``).
 """
@@ -35,38 +35,38 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = ["install", "install_when_imported"]
 
 _RANDOM = "torch.distributed.tensor._random"
+_Mine = Callable[[torch.Tensor], torch.Tensor]  # a whole tensor -> this rank's part of it
 _lock = threading.Lock()
 _installed = False
 aten = torch.ops.aten
 
 
-def _in_place(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
+def _in_place(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], mine: _Mine) -> Any:
     local = args[0]
     whole = torch.empty(shape, dtype=local.dtype, device=local.device)
     func(whole, *args[1:], **kwargs)
-    return local.copy_(whole[part])
+    return local.copy_(mine(whole))
 
 
-def _like(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
+def _like(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], mine: _Mine) -> Any:
     local = args[0]
-    whole = func(torch.empty(shape, dtype=local.dtype, device=local.device), *args[1:], **kwargs)
-    return whole[part].clone()
+    return mine(func(torch.empty(shape, dtype=local.dtype, device=local.device), *args[1:], **kwargs))
 
 
-def _factory(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
-    return func(list(shape), *args[1:], **kwargs)[part].clone()
+def _factory(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], mine: _Mine) -> Any:
+    return mine(func(list(shape), *args[1:], **kwargs))
 
 
-def _dropout(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], part: tuple[slice, ...]) -> Any:
+def _dropout(func: Any, args: tuple, kwargs: dict, shape: tuple[int, ...], mine: _Mine) -> Any:
     local, p = args[0], args[1]
     train = args[2] if len(args) > 2 else kwargs.get("train")
     if train is False:
         return func(*args, **kwargs)
     # The mask depends only on the shape: draw the whole one, scale this shard as the kernel does.
     _, mask = func(torch.ones(shape, dtype=local.dtype, device=local.device), p, train)
-    mask = mask[part]
+    mask = mine(mask)
     scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
-    return local.mul(mask).mul_(scale), mask.clone()
+    return local.mul(mask).mul_(scale), mask
 
 
 # DTensor's random ops whose draws depend only on the tensor's shape, by how to run them whole.
@@ -84,16 +84,21 @@ _WHOLE_DRAWS: dict[Any, Callable[..., Any]] = {
 }
 
 
-def _shard_part(spec: Any) -> tuple[tuple[int, ...], tuple[slice, ...]] | None:
-    """(global shape, this rank's block of it), or None if the shard is not one block."""
-    from torch.distributed.tensor import Replicate, Shard
+def _part_picker(spec: Any) -> tuple[tuple[int, ...], _Mine] | None:
+    """(this rank's shape, what picks its part of a whole tensor as DTensor shards it), or None
+    for placements that hold no part of a whole (Partial). Picking needs no communication: every
+    rank drew the same whole tensor."""
+    from torch.distributed.tensor import Partial, distribute_tensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    if any(type(placement) not in (Shard, Replicate) for placement in spec.placements):
-        return None  # _StridedShard, Partial
-    shape = tuple(spec.shape)
-    local_shape, offset = compute_local_shape_and_global_offset(shape, spec.mesh, spec.placements)
-    return shape, tuple(slice(start, start + size) for start, size in zip(offset, local_shape))
+    if any(isinstance(placement, Partial) for placement in spec.placements):
+        return None
+    local_shape, _ = compute_local_shape_and_global_offset(tuple(spec.shape), spec.mesh, spec.placements)
+
+    def mine(whole: torch.Tensor) -> torch.Tensor:
+        return distribute_tensor(whole, spec.mesh, spec.placements, src_data_rank=None).to_local().clone()
+
+    return tuple(local_shape), mine
 
 
 class _DrawWhole(TorchDispatchMode):
@@ -110,14 +115,13 @@ class _DrawWhole(TorchDispatchMode):
         if run is None or self._done:
             return func(*args, **kwargs)
         self._done = True  # one random op per region; anything it calls runs as it is
-        found = _shard_part(self._spec)
-        if found is None:
+        picker = _part_picker(self._spec)
+        if picker is None:
             return func(*args, **kwargs)
-        shape, part = found
-        local_shape = tuple(args[0]) if run is _factory else tuple(args[0].shape)
-        if local_shape != tuple(s.stop - s.start for s in part):
+        local_shape, mine = picker
+        if (tuple(args[0]) if run is _factory else tuple(args[0].shape)) != local_shape:
             return func(*args, **kwargs)  # not the local shard DTensor describes: leave it alone
-        return run(func, args, kwargs, shape, part)
+        return run(func, args, kwargs, tuple(self._spec.shape), mine)
 
 
 @contextlib.contextmanager

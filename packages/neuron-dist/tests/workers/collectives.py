@@ -793,6 +793,34 @@ def cpu_tensors_also_work() -> None:
 
 
 @cases.case
+def fsdp_tp_meta_init_matches_single_device() -> bool | None:
+    """2-D FSDP x TP built on meta (parameters end up as strided shards): initialising the shards
+    gives the single-device model's parameters for the same seed, as on CUDA; 4 ranks only."""
+    if WORLD != 4:
+        return None
+    import torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(8, 12), nn.ReLU(), nn.Linear(12, 6))
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    fully_shard(model, mesh=mesh["dp"])
+    model.to_empty(device=DEVICE)
+    torch.manual_seed(3)
+    model[0].reset_parameters()
+    model[2].reset_parameters()
+    torch.manual_seed(3)
+    reference = nn.Sequential(nn.Linear(8, 12), nn.ReLU(), nn.Linear(12, 6)).to(DEVICE)
+    for (name, param), want in zip(model.named_parameters(), reference.parameters()):
+        got = param.full_tensor()
+        if not torch.equal(got, want.detach()):
+            raise AssertionError(f"{name} ({param.placements}): max diff {(got - want).abs().max().item()}")
+    return True
+
+
+@cases.case
 def hsdp_on_2x2_mesh_matches_single_device() -> float | None:
     """FSDP2 hybrid sharding (replicate x shard) with bf16 params; 4 ranks only."""
     if WORLD != 4:
