@@ -22,6 +22,7 @@ CASES = [
     "dtensor_distribute_redistribute_ops",
     "dtensor_random_ops_match_the_unsharded_op",
     "fsdp2_meta_device_init_matches_single_device_init",
+    "dtensor_random_ops_compile",
     "dtensor_compiled_with_functional_collectives",
 ]
 

@@ -13,7 +13,8 @@ So on neuron meshes each rank draws the whole tensor with its generator and keep
 part, which DTensor's own sharding picks (strided FSDP x TP shards included): the result equals
 the unsharded op's for the same seed, as on CUDA, and every rank's generator advances alike. The
 cost is the unsharded op's draws on each rank. ``bernoulli`` with a tensor of probabilities
-(whose other shards this rank does not have), partial tensors and random ops under PyTorch's
+(whose other shards this rank does not have), partial tensors, random ops traced by
+``torch.compile`` (where the rank's mesh coordinate is symbolic) and random ops under PyTorch's
 LocalTensor mode draw per shard, as before. As for CUDA meshes, DTensor's tracker starts by
 giving every rank rank 0's generator state (seed every rank alike with ``torch.manual_seed``).
 """
@@ -166,9 +167,11 @@ def _tracker_class(random_module: ModuleType) -> type:
 
         @contextlib.contextmanager
         def _distribute_region(self, spec: Any, generator: torch.Generator | None = None) -> Iterator[None]:
+            from torch.distributed._functional_collectives import _are_we_tracing
             from torch.distributed._local_tensor import enabled_local_tensor_mode
 
-            if not self.distribute_region_enabled or enabled_local_tensor_mode():
+            # Compiled programs (the mesh coordinate is symbolic there) and LocalTensor mode: per shard.
+            if not self.distribute_region_enabled or enabled_local_tensor_mode() or _are_we_tracing():
                 with _generator_as_default(generator, self._device):
                     yield
                 return

@@ -393,6 +393,21 @@ def dtensor_random_ops_match_the_unsharded_op() -> bool:
 
 
 @cases.case
+def dtensor_random_ops_compile() -> bool:
+    """torch.compile of random ops on sharded DTensors traces them (per shard: the rank's mesh
+    coordinate is symbolic there); tracing failed on a data-dependent guard."""
+    x = distribute_tensor(torch.ones(8, 4, device=DEVICE), MESH, [Shard(0)])
+    dropout = torch.compile(lambda t: torch.nn.functional.dropout(t, 0.5, training=True), backend="aot_eager",
+                            fullgraph=True)
+    out = dropout(x).to_local()
+    kept = out != 0
+    assert out.shape == (8 // WORLD, 4) and torch.equal(out[kept].cpu(), torch.full((int(kept.sum()),), 2.0))
+    noise = torch.compile(torch.rand_like, backend="aot_eager", fullgraph=True)(x)
+    assert noise.to_local().shape == (8 // WORLD, 4) and bool(((noise.to_local() >= 0) & (noise.to_local() < 1)).all())
+    return True
+
+
+@cases.case
 def fsdp2_meta_device_init_matches_single_device_init() -> bool:
     """FSDP2's recipe for models too large for one device: build on meta, shard, allocate the
     shards, initialise them. The parameters equal a single-device model's for the same seed."""
