@@ -35,6 +35,7 @@ CASES = [
     "list_all_reduce_reduces_every_tensor_of_every_rank",
     "list_collectives_follow_gloos_semantics",
     "timeouts_can_be_changed_after_init",
+    "collectives_work_with_neuron_as_the_default_device",
     "collectives_pass_through_c10d_dispatcher_ops",
     "async_collectives_return_before_other_ranks_issue_them",
     "waited_collectives_leave_nothing_for_the_progress_thread",

@@ -68,13 +68,12 @@ def _same_dtype(op: str, tensors: Sequence[torch.Tensor]) -> None:
 
 def _list_of_size(op: str, tensors: Sequence[torch.Tensor], size: int, what: str) -> None:
     if len(tensors) != size:
-        raise _fail(op, f"incorrect {what} list size {len(tensors)}: it should be {size}, "
-                        "the size of the process group")
+        raise _fail(op, f"Incorrect {what} list size {len(tensors)}. {what.capitalize()} list size should be "
+                        f"{size}, same as size of the process group.")
 
 
 def check_broadcast(tensors: Sequence[torch.Tensor], root: int, root_tensor: int, size: int) -> None:
     """``broadcast``: a root in the group, an existing root tensor, tensors alike."""
-    _non_empty("broadcast", tensors)
     _root("broadcast", root, size)
     if not 0 <= root_tensor < len(tensors):
         raise _fail("broadcast", f"invalid root tensor: {root_tensor} (the list has {len(tensors)})")
@@ -86,8 +85,13 @@ def check_allreduce(op: str, tensors: Sequence[torch.Tensor]) -> None:
     _non_empty(op, tensors)
     if op == "all_reduce":
         _like(op, tensors[0], tensors[1:], offset=1)
-    else:
-        _same_dtype(op, tensors)
+        return
+    for index, tensor in enumerate(tensors[1:], start=1):
+        if tensor.layout != tensors[0].layout:
+            raise _fail(op, f"invalid tensor layout at index {index} (expected {tensors[0].layout}, got {tensor.layout})")
+    if tensors[0].layout != torch.strided:
+        raise _fail(op, f"unsupported layout {tensors[0].layout}: the neuron backend reduces dense tensors")
+    _same_dtype(op, tensors)
 
 
 def check_reduce(tensors: Sequence[torch.Tensor], root: int, root_tensor: int, size: int) -> None:
@@ -126,6 +130,9 @@ def check_allgather_coalesced(output_lists: Sequence[Sequence[torch.Tensor]], in
             raise _fail("all_gather_coalesced", f"invalid output size: (expected length {len(inputs)}, "
                                                 f"got {len(outputs)})")
         for index, (output, input) in enumerate(zip(outputs, inputs)):
+            if output.shape != input.shape:
+                raise _fail("all_gather_coalesced", f"invalid size of output tensor at index {index} "
+                                                    f"(expected {tuple(input.shape)}, got {tuple(output.shape)})")
             _like("all_gather_coalesced", input, [output], offset=index)
 
 

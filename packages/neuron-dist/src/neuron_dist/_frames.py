@@ -70,8 +70,8 @@ class _Frames:
     @_outside_inference_mode
     def __init__(self, size: int, header_bytes: int, slot: int) -> None:
         frame = header_bytes + slot
-        self.send = torch.zeros(frame, dtype=torch.uint8)
-        self.recv = torch.empty(size * frame, dtype=torch.uint8)
+        self.send = torch.zeros(frame, dtype=torch.uint8, device="cpu")
+        self.recv = torch.empty(size * frame, dtype=torch.uint8, device="cpu")
         # this rank's header as int64 fields, written in place (cheaper than tensor indexing)
         self.header = (ctypes.c_int64 * (header_bytes // 8)).from_address(self.send.data_ptr())
         self._header_bytes = header_bytes

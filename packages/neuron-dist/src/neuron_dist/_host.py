@@ -38,7 +38,7 @@ def host_view(tensor: torch.Tensor) -> torch.Tensor:
     # Never an inference tensor: a view made for a collective under torch.inference_mode() may
     # serve a later one outside it, which must be able to write through it.
     with torch.inference_mode(False):
-        view = torch.empty((0,), dtype=tensor.dtype).set_(
+        view = torch.empty((0,), dtype=tensor.dtype, device="cpu").set_(
             cpu_storage, tensor.storage_offset(), tensor.size(), tensor.stride()
         )
     if len(_VIEWS) >= _MAX_VIEWS:

@@ -757,7 +757,7 @@ class ProcessGroupNeuron:
         send = torch.cat([_as_bytes(v.contiguous()) for v in host_views(inputs)])
         out_views = host_views(outputs)
         out_sizes = [_nbytes(t) for t in outputs]
-        recv = torch.empty(sum(out_sizes), dtype=torch.uint8)
+        recv = torch.empty(sum(out_sizes), dtype=torch.uint8, device="cpu")
 
         def finish() -> None:
             for view, part in zip(out_views, recv.split(out_sizes)):

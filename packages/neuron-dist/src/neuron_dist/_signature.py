@@ -103,7 +103,7 @@ def encode(signature: Signature, seq: int, world_size: int) -> torch.Tensor:
     """The int64 vector a rank contributes to the signature exchange."""
     fields = encode_fields(signature, world_size)
     fields[0] = seq
-    return torch.tensor(fields, dtype=torch.int64)
+    return torch.tensor(fields, dtype=torch.int64, device="cpu")
 
 
 def encode_fields(signature: Signature, world_size: int) -> list[int]:

@@ -557,6 +557,8 @@ def _invalid_calls(pg: dist.ProcessGroup) -> dict[str, tuple[object, str]]:
             "invalid tensor type" if RANK == 0 else "empty input on non-root"),
         "all_gather short output list": (lambda: pg.allgather([[zeros()] * (WORLD - 1)], [zeros()]),
                                          f"expected length {WORLD}"),
+        "all_gather_coalesced wrong output size": (
+            lambda: pg.allgather_coalesced([[zeros(2)]] * WORLD, [zeros()]), "invalid size of output tensor at index 0"),
         "all_gather wrong output size": (lambda: pg.allgather([[zeros(2)] * WORLD], [zeros()]), "invalid tensor size"),
         "all_gather_into_tensor small output": (lambda: pg._allgather_base(zeros(WORLD * 4 - 1), zeros(4)),
                                                 "world_size times input tensor size"),
@@ -662,6 +664,31 @@ def timeouts_can_be_changed_after_init() -> None:
     dist.all_reduce(tensor, group=group)
     _expect(tensor, torch.full((2,), float(WORLD)), "all_reduce after the timeout changed")
     destroy_when_every_rank_is_done(group)
+
+
+@cases.case
+def collectives_work_with_neuron_as_the_default_device() -> None:
+    """After torch.set_default_device("neuron:<rank>") (as "cuda" on a GPU box) the backend's own
+    host buffers must stay on the host: they followed the default device and gloo refused them."""
+    torch.set_default_device(DEVICE)
+    try:
+        group = dist.new_group(list(range(WORLD)))  # its buffers are made under the default device
+        dist.barrier(group=group)
+        tensor = torch.full((4,), float(RANK))
+        dist.all_reduce(tensor, group=group)
+        _expect(tensor, torch.full((4,), float(sum(range(WORLD))), device="cpu"), "all_reduce")
+        gathered = torch.empty(WORLD * (1 << 18))
+        dist.all_gather_into_tensor(gathered, torch.full((1 << 18,), float(RANK)), group=group)  # beyond the inline size
+        _expect(gathered, torch.arange(WORLD, device="cpu").repeat_interleave(1 << 18).float(), "all_gather_into_tensor")
+        shard = torch.empty(2)
+        dist.reduce_scatter_tensor(shard, torch.ones(2 * WORLD), group=group)
+        _expect(shard, torch.full((2,), float(WORLD), device="cpu"), "reduce_scatter_tensor")
+        objects = [None] * WORLD
+        dist.all_gather_object(objects, {"rank": RANK}, group=group)
+        assert objects == [{"rank": r} for r in range(WORLD)], objects
+        destroy_when_every_rank_is_done(group)
+    finally:
+        torch.set_default_device(None)
 
 
 @cases.case
