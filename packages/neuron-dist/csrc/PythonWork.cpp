@@ -74,10 +74,41 @@ void PythonWork::synchronize() {
   work_.attr("synchronize")();
 }
 
+namespace {
+
+// A Python exception a torch.futures.Future holds as its value (set_exception, or an error in a
+// then() callback): only the Python wrapper that stored it raises it; through a Work it must be
+// the future's error, so that wait() raises it.
+std::exception_ptr pythonExceptionValue(const c10::IValue& value) {
+  if (!value.isPyObject()) {
+    return nullptr;
+  }
+  py::gil_scoped_acquire gil;
+  py::handle object(value.toPyObject());
+  if (!PyExceptionInstance_Check(object.ptr())) {
+    return nullptr;
+  }
+  const std::string type = py::str(py::type::handle_of(object).attr("__name__"));
+  return std::make_exception_ptr(std::runtime_error(type + ": " + std::string(py::str(object))));
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10::ivalue::Future> PythonWork::getFuture() {
   PythonCall call;
   py::object future = work_.attr("get_future")();
-  return future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
+  auto inner = future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
+  auto outer = c10::make_intrusive<c10::ivalue::Future>(inner->elementType(), inner->devices());
+  inner->addCallback([outer](c10::ivalue::Future& done) {
+    if (done.hasError()) {
+      outer->setError(done.exception_ptr());
+    } else if (auto error = pythonExceptionValue(done.constValue())) {
+      outer->setError(error);
+    } else {
+      outer->markCompleted(done.constValue(), done.storages());
+    }
+  });
+  return outer;
 }
 
 } // namespace neuron_dist

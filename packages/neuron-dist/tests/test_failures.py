@@ -15,6 +15,13 @@ def test_timeout_names_collective_sequence_and_missing_ranks(tmp_path) -> None:
     assert "timed out" in text
 
 
+def test_failed_collective_raises_from_its_future(tmp_path) -> None:
+    proc = launch("failures.py", tmp_path, 2, "future", timeout=120)
+    per_rank = results(tmp_path, 2, proc)
+    text = assert_case(per_rank, "failed_collective_raises_from_its_future")[0]
+    assert "collective #2" in text
+
+
 def test_dead_rank_fails_the_others_within_the_timeout(tmp_path) -> None:
     start = time.monotonic()
     # torchrun would tear the job down on the first exit; a plain rendezvous keeps the survivor running

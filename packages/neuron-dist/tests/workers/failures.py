@@ -44,6 +44,27 @@ def timeout_names_collective_sequence_and_missing_ranks() -> str | None:
 
 
 @cases.case
+def failed_collective_raises_from_its_future() -> str | None:
+    """A collective that fails (here: a rank misses it past the timeout) raises from wait() on
+    its work's future, as from work.wait(); the future held the exception as its value."""
+    if SCENARIO != "future":
+        return None
+    tensor = torch.ones(4, device=DEVICE)
+    dist.all_reduce(tensor)  # collective #1, everyone
+    if RANK == WORLD - 1:
+        time.sleep(8)  # misses collective #2 past the 3 s timeout
+        return None
+    future = dist.all_reduce(tensor, async_op=True).get_future()
+    try:
+        value = future.wait()
+    except RuntimeError as error:
+        text = str(error)
+        assert "timed out" in text and "all_reduce" in text, text
+        return text
+    raise AssertionError(f"the future's wait() returned {value!r}")
+
+
+@cases.case
 def dead_rank_fails_the_others_within_the_timeout() -> str | None:
     if SCENARIO != "dead":
         return None
