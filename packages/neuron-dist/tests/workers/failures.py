@@ -21,14 +21,23 @@ RANK, WORLD = dist.get_rank(), dist.get_world_size()
 DEVICE = torch.device("neuron", torch.neuron.current_device())
 
 
-@cases.case
-def timeout_names_collective_sequence_and_missing_ranks() -> str | None:
-    if SCENARIO != "timeout":
+def _last_rank_misses_collective_two(scenario: str) -> torch.Tensor | None:
+    """In ``scenario``: every rank runs collective #1; the last rank then sleeps past the 3 s
+    timeout (and gets None), the others get the tensor to issue collective #2 with."""
+    if SCENARIO != scenario:
         return None
     tensor = torch.ones(4, device=DEVICE)
     dist.all_reduce(tensor)  # collective #1, everyone
     if RANK == WORLD - 1:
         time.sleep(8)  # misses collective #2 past the 3 s timeout
+        return None
+    return tensor
+
+
+@cases.case
+def timeout_names_collective_sequence_and_missing_ranks() -> str | None:
+    tensor = _last_rank_misses_collective_two("timeout")
+    if tensor is None:
         return None
     start = time.monotonic()
     try:
@@ -47,12 +56,8 @@ def timeout_names_collective_sequence_and_missing_ranks() -> str | None:
 def failed_collective_raises_from_its_future() -> str | None:
     """A collective that fails (here: a rank misses it past the timeout) raises from wait() on
     its work's future, as from work.wait(); the future held the exception as its value."""
-    if SCENARIO != "future":
-        return None
-    tensor = torch.ones(4, device=DEVICE)
-    dist.all_reduce(tensor)  # collective #1, everyone
-    if RANK == WORLD - 1:
-        time.sleep(8)  # misses collective #2 past the 3 s timeout
+    tensor = _last_rank_misses_collective_two("future")
+    if tensor is None:
         return None
     future = dist.all_reduce(tensor, async_op=True).get_future()
     try:
