@@ -31,6 +31,7 @@ CASES = [
     "collectives_under_inference_mode_then_outside",
     "wrong_device_names_backend_and_device",
     "non_contiguous_tensors_raise_instead_of_corrupting",
+    "strided_tensors_work_where_gloo_copies_them",
     "invalid_arguments_raise_at_call_and_leave_the_group_usable",
     "list_all_reduce_reduces_every_tensor_of_every_rank",
     "list_collectives_follow_gloos_semantics",
@@ -61,6 +62,8 @@ def test_collective(run: tuple[int, list[dict]], case: str) -> None:
         assert values == list(range(world))
     if case in ("hsdp_on_2x2_mesh_matches_single_device", "fsdp_tp_meta_init_matches_single_device"):
         assert (values[0] is None) == (world != 4), values
+    if case == "strided_tensors_work_where_gloo_copies_them":  # rank 0 also checks what it gathered
+        assert values[0] == 2 * (7 * world + 4) and all(v == 2 * (6 * world + 4) for v in values[1:]), values
 
 
 def test_async_collectives_under_distributed_debug_detail(tmp_path) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from neuron_dist._modes import IssuerModes
 from neuron_dist._work import NeuronWork
 
 __all__ = ["DeferredCollective", "DeferredWork", "Steps"]
@@ -83,6 +84,7 @@ class DeferredCollective:
 
     def __init__(self, steps: Steps, group_alive: Callable[[], bool]) -> None:
         self._steps: Steps | None = steps
+        self._modes = IssuerModes()  # the steps may run on another thread: in the issuer's modes
         self._exchange: dist.Work | None = None
         self._group_alive = group_alive  # False once the group is shut down
         self._lock = threading.Lock()
@@ -100,7 +102,7 @@ class DeferredCollective:
 
     def start(self) -> dist.Work:
         """Runs the steps up to their exchange (raises StopIteration if they finished without one)."""
-        return next(self._steps)  # type: ignore[arg-type]
+        return self._modes.run(next, self._steps)  # type: ignore[arg-type]
 
     def posted(self, exchange: dist.Work) -> None:
         """The steps ran up to their exchange on the issuing thread (nothing queued before them)."""
@@ -186,7 +188,7 @@ class DeferredCollective:
             self._progress.forget(self)
         steps, self._steps = self._steps, None
         try:
-            steps.send(None)  # type: ignore[union-attr]
+            self._modes.run(steps.send, None)  # type: ignore[union-attr]
         except StopIteration as done:
             self.work = done.value
         except BaseException as error:  # noqa: BLE001 (re-raised by result() on the caller's thread)

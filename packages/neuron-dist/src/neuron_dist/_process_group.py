@@ -22,6 +22,7 @@ and the ranks that did not arrive (:mod:`neuron_dist._arrivals`). CPU tensors ar
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Generator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -44,6 +45,7 @@ from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
 from neuron_dist._reductions import Reduction, plan_reduction, reduce_op_type
 from neuron_dist._signature import Signature
+from neuron_dist._staging import Staging
 from neuron_dist._work import NeuronWork
 
 __all__ = ["ProcessGroupNeuron", "BACKEND_NAME"]
@@ -110,14 +112,40 @@ def _rows(tensor: torch.Tensor) -> int:
     return tensor.shape[0] if tensor.dim() > 0 else 1
 
 
-def _collective(steps: Callable[..., Steps]) -> Callable[..., dist.Work]:
-    """Turns a collective's steps (see :mod:`neuron_dist._deferred`) into the method that issues it."""
+def _collective(
+    steps: Callable[..., Steps] | None = None, *, reads: tuple[str, ...] = (), writes: tuple[str, ...] = ()
+) -> Any:
+    """Turns a collective's steps (see :mod:`neuron_dist._deferred`) into the method that issues it.
+
+    ``reads`` and ``writes`` name the parameters (tensors, or lists of them) that may be strided,
+    as gloo takes them (see :mod:`neuron_dist._staging`): the steps see contiguous stand-ins.
+    The steps are always called with positional arguments.
+    """
+    if steps is None:
+        return functools.partial(_collective, reads=reads, writes=writes)
+    names = list(inspect.signature(steps).parameters)[1:]  # after self
+    read_at, write_at = [names.index(n) for n in reads], [names.index(n) for n in writes]
 
     @functools.wraps(steps)
     def issue(self: ProcessGroupNeuron, *args: Any, **kwargs: Any) -> dist.Work:
+        if read_at or write_at:
+            staging = Staging(args[0] if isinstance(args[0], str) else steps.__name__.strip("_"))
+            args = tuple(
+                staging.read(a) if i in read_at else staging.written(a) if i in write_at else a
+                for i, a in enumerate(args)
+            )
+            if staging:
+                return self._issue(_staged(steps(self, *args, **kwargs), staging))
         return self._issue(steps(self, *args, **kwargs))
 
     return issue
+
+
+def _staged(steps: Steps, staging: Staging) -> Steps:
+    """The steps, then the stand-ins' values copied back into the caller's tensors on completion."""
+    work = yield from steps
+    work.add_finish(staging.copy_back, staging.restore)
+    return work
 
 
 class ProcessGroupNeuron:
@@ -478,7 +506,7 @@ class ProcessGroupNeuron:
         _arguments.check_reduce_scatter(outputs, input_lists, self._rank, self._size)
         return self._reduce_scatter(outputs, input_lists, opts)
 
-    @_collective
+    @_collective(reads=("input_lists",))
     def _reduce_scatter(
         self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: _c10d.ReduceScatterOptions
     ) -> Steps:
@@ -522,7 +550,7 @@ class ProcessGroupNeuron:
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
-    @_collective
+    @_collective(reads=("inputs",), writes=("outputs",))
     def _reduce_scatter_tensors(
         self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.ReduceScatterOptions
     ) -> Steps:
@@ -592,7 +620,7 @@ class ProcessGroupNeuron:
         _arguments.check_allgather(output_lists, inputs, self._size)
         return self._allgather(output_lists, inputs, opts)
 
-    @_collective
+    @_collective(reads=("inputs",), writes=("output_lists",))
     def _allgather(
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
     ) -> Steps:
@@ -656,7 +684,7 @@ class ProcessGroupNeuron:
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
-    @_collective
+    @_collective(reads=("inputs",), writes=("outputs",))
     def _all_gather_tensors(
         self, op: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllgatherOptions
     ) -> Steps:
@@ -733,7 +761,7 @@ class ProcessGroupNeuron:
         _arguments.check_alltoall(outputs, inputs, self._size)
         return self._alltoall(outputs, inputs, opts)
 
-    @_collective
+    @_collective(reads=("inputs",), writes=("outputs",))
     def _alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: _c10d.AllToAllOptions) -> Steps:
         first = inputs[0]
         signature = Signature(
@@ -780,7 +808,7 @@ class ProcessGroupNeuron:
         _arguments.check_gather(output_lists, inputs, opts.rootRank, self._rank, self._size)
         return self._gather(output_lists, inputs, opts)
 
-    @_collective
+    @_collective(reads=("inputs",), writes=("output_lists",))
     def _gather(
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: _c10d.GatherOptions
     ) -> Steps:

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from neuron_dist._modes import IssuerModes
+
 __all__ = ["NeuronWork"]
 
 
@@ -37,6 +39,7 @@ class NeuronWork(dist.Work):
         self._finish = finish
         self._diagnose = diagnose
         self._keep = keep  # the neuron tensors the host views alias, alive until completion
+        self._modes = IssuerModes()  # made by the collective's steps: in the issuing thread's modes
         self._lock = threading.Lock()
         self._done = False
         self._future: torch.futures.Future | None = None
@@ -48,9 +51,26 @@ class NeuronWork(dist.Work):
             if self._done:
                 return
             if self._finish is not None:
-                self._finish()
+                self._modes.run(self._finish)
             self._done = True
             self._keep = None
+
+    def add_finish(self, finish: Callable[[], None], restore: Callable[[Any], Any]) -> None:
+        """Runs ``finish`` after the collective's own post-processing (now, if it completed) and
+        replaces the result by ``restore(result)``. Only for the code that made this work, before
+        it hands the work out."""
+        self._result = restore(self._result)
+        if self._done:
+            self._modes.run(finish)
+            return
+        previous = self._finish
+
+        def both() -> None:
+            if previous is not None:
+                previous()
+            finish()
+
+        self._finish = both
 
     def _raise(self, error: BaseException) -> None:
         if self._diagnose is None:

@@ -463,6 +463,17 @@ def collectives_under_inference_mode_then_outside() -> None:
             dist.reduce_scatter_tensor(shard, _value(RANK, torch.float32, WORLD * numel).to(DEVICE), group=group)
             full = sum(_value(r, torch.float32, WORLD * numel) for r in range(WORLD))
             _expect(shard, full[RANK * numel:(RANK + 1) * numel], "reduce_scatter_tensor")
+        # gloo's multi-input all_gather, completed through its future (the steps and the copies
+        # run on another thread, which must update inference tensors in inference mode), on
+        # neuron and CPU tensors
+        for device in (DEVICE, "cpu"):
+            inputs = [_value(RANK, torch.float32, 3).to(device) + i for i in range(2)]
+            outputs = [[torch.empty(3, device=device) for _ in range(2 * WORLD)] for _ in range(2)]
+            group.allgather(outputs, inputs).get_future().wait()
+            for out_list in outputs:
+                for j, out in enumerate(out_list):
+                    expected = _value(j // 2, torch.float32, 3) + j % 2
+                    assert torch.equal(out.cpu(), expected), f"multi-input all_gather on {device}: {out}"
         dist.barrier(group=group)
 
     with torch.inference_mode():
@@ -492,13 +503,16 @@ def wrong_device_names_backend_and_device() -> str:
 
 @cases.case
 def non_contiguous_tensors_raise_instead_of_corrupting() -> str:
-    """gloo moves memory as one block: a strided view would be reduced as if dense (gloo itself
-    corrupts it silently); the backend refuses it on every path, as NCCL does."""
+    """gloo moves memory as one block: a strided view would be reduced as if dense (gloo's
+    all_reduce, broadcast, reduce and scatter corrupt it silently); the backend refuses it on
+    every path of those, as NCCL does."""
     buffer = torch.zeros(2 * 8, device=DEVICE)
     for call in (
         lambda: dist.all_reduce(buffer[::2]),  # small: would travel inside the signature exchange
         lambda: dist.broadcast(torch.zeros(1 << 19, 2, device=DEVICE)[:, 0], src=0),
-        lambda: dist.all_gather_into_tensor(torch.zeros(WORLD * 8, device=DEVICE), buffer[::2]),
+        lambda: dist.reduce(buffer[::2], dst=0),
+        lambda: dist.scatter(buffer[::2], [torch.zeros(8, device=DEVICE)] * WORLD if RANK == 0 else None, src=0),
+        lambda: dist.reduce_scatter(buffer[::2], [torch.zeros(8, device=DEVICE)] * WORLD),  # the output
     ):
         try:
             call()
@@ -516,6 +530,86 @@ def non_contiguous_tensors_raise_instead_of_corrupting() -> str:
     expected = sum(torch.arange(2 * 3 * 4 * 4.0).reshape(2, 3, 4, 4) + r for r in range(WORLD))
     _expect(on_device, expected, "all_reduce of a channels_last tensor")
     return text
+
+
+def _column(values: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``values`` as column 0 of a (n, 2) matrix: a strided view (stride 2)."""
+    matrix = torch.full((values.numel(), 2), -7, dtype=values.dtype, device=device)
+    matrix[:, 0] = values.to(device)
+    return matrix[:, 0]
+
+
+@cases.case
+def strided_tensors_work_where_gloo_copies_them() -> int:
+    """gloo's all_gather, gather, all_to_all and reduce_scatter copy their tensors through flat
+    buffers, so a strided view (a matrix's column) works there (PyTorch's
+    test_allgather_noncontiguous_input): the same calls on the neuron backend give gloo's
+    values, on neuron and CPU tensors, synchronous and async, and the work's result holds the
+    caller's tensors."""
+    n, checked = 4, 0
+
+    def value(rank: int, salt: int = 0) -> torch.Tensor:
+        return torch.arange(n, dtype=torch.float32) + 10 * rank + 100 * salt
+
+    for device in (DEVICE, "cpu"):
+        def col(values: torch.Tensor) -> torch.Tensor:
+            return _column(values, device)
+
+        def check(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+            nonlocal checked
+            assert actual.device.type == torch.device(device).type, f"{what}: on {actual.device}"
+            if not torch.equal(actual.cpu(), expected):
+                raise AssertionError(f"{what} on {device}: got {actual.cpu().tolist()}, expected {expected.tolist()}")
+            checked += 1
+
+        # list all_gather, strided input and outputs, async: the future holds the caller's outputs
+        outs = [col(torch.zeros(n)) for _ in range(WORLD)]
+        work = dist.all_gather(outs, col(value(RANK)), async_op=True)
+        result = work.get_future().wait()
+        assert all(a is b for a, b in zip(result, outs)), "the future's value is not the caller's outputs"
+        for r, out in enumerate(outs):
+            check(out, value(r), "all_gather")
+        # several inputs per rank (gloo's multi-input all_gather) through the ProcessGroup API
+        pg = dist.distributed_c10d._get_default_group()
+        inputs = [col(value(RANK, i)) for i in range(2)]
+        outputs = [[col(torch.zeros(n)) for _ in range(2 * WORLD)] for _ in range(2)]
+        pg.allgather(outputs, inputs).wait()
+        for out_list in outputs:
+            for j, out in enumerate(out_list):
+                check(out, value(j // 2, j % 2), "multi-input all_gather")
+        # all_gather_into_tensor: strided input, then strided output
+        out = torch.zeros(WORLD * n, device=device)
+        dist.all_gather_into_tensor(out, col(value(RANK)))
+        check(out, torch.cat([value(r) for r in range(WORLD)]), "all_gather_into_tensor, strided input")
+        out = col(torch.zeros(WORLD * n))
+        dist.all_gather_into_tensor(out, value(RANK).to(device))
+        check(out, torch.cat([value(r) for r in range(WORLD)]), "all_gather_into_tensor, strided output")
+        # gather to rank 0
+        gathered = [col(torch.zeros(n)) for _ in range(WORLD)] if RANK == 0 else None
+        dist.gather(col(value(RANK)), gathered, dst=0)
+        for r, out in enumerate(gathered or []):
+            check(out, value(r), "gather")
+        # list all_to_all: strided inputs and outputs
+        outs = [col(torch.zeros(n)) for _ in range(WORLD)]
+        dist.all_to_all(outs, [col(value(RANK, to)) for to in range(WORLD)])
+        for r, out in enumerate(outs):
+            check(out, value(r, RANK), "all_to_all")
+        # list reduce_scatter: strided inputs; reduce_scatter_tensor: strided input and output
+        out = torch.zeros(n, device=device)
+        dist.reduce_scatter(out, [col(value(RANK, to)) for to in range(WORLD)])
+        check(out, sum(value(r, RANK) for r in range(WORLD)), "reduce_scatter")
+        out = col(torch.zeros(n))
+        dist.reduce_scatter_tensor(out, col(torch.cat([value(RANK, to) for to in range(WORLD)])))
+        check(out, sum(value(r, RANK) for r in range(WORLD)), "reduce_scatter_tensor")
+        # an output whose elements share memory cannot take one value each: refused, on every rank
+        try:
+            dist.all_gather_into_tensor(torch.zeros(1, device=device).expand(WORLD * n), value(RANK).to(device))
+        except ValueError as error:
+            assert "overlap" in str(error), error
+        else:
+            raise AssertionError("no error for an all_gather output whose elements overlap")
+    dist.barrier()
+    return checked
 
 
 def _invalid_calls(pg: dist.ProcessGroup) -> dict[str, tuple[object, str]]:
