@@ -32,6 +32,8 @@ CASES = [
     "wrong_device_names_backend_and_device",
     "non_contiguous_tensors_raise_instead_of_corrupting",
     "strided_tensors_work_where_gloo_copies_them",
+    "group_sequence_numbers_count_collectives",
+    "tensors_that_require_grad_are_valid_arguments",
     "invalid_arguments_raise_at_call_and_leave_the_group_usable",
     "list_all_reduce_reduces_every_tensor_of_every_rank",
     "list_collectives_follow_gloos_semantics",

@@ -14,6 +14,7 @@ from neuron_dist import (
     _dtensor_random,
     _monitored_barrier,
     _pg_timeout,
+    _sequence_numbers,
 )
 from neuron_dist._process_group import BACKEND_NAME, ProcessGroupNeuron
 
@@ -76,4 +77,5 @@ def register() -> None:
     _bound_device.install()
     _monitored_barrier.install()
     _pg_timeout.install()
+    _sequence_numbers.install()
     _dtensor_random.install_when_imported()

@@ -612,6 +612,55 @@ def strided_tensors_work_where_gloo_copies_them() -> int:
     return checked
 
 
+@cases.case
+def group_sequence_numbers_count_collectives() -> list[int]:
+    """``ProcessGroup._get_sequence_number_for_group`` (torch forwards it to gloo, NCCL and UCC
+    only, and raised "does not yet support sequence numbers" for plugins) counts the group's
+    collectives, as gloo's does: +1 per collective, 0 on a new group."""
+    pg = dist.distributed_c10d._get_default_group()
+    seen = [pg._get_sequence_number_for_group()]
+    t = torch.ones(2, device=DEVICE)
+    for _ in range(3):
+        dist.all_reduce(t)
+        seen.append(pg._get_sequence_number_for_group())
+    assert [b - a for a, b in zip(seen, seen[1:])] == [1, 1, 1], seen
+    group = dist.new_group()
+    assert group._get_sequence_number_for_group() == 0
+    dist.barrier(group=group)
+    assert group._get_sequence_number_for_group() == 1
+    destroy_when_every_rank_is_done(group)
+    return seen[1:]
+
+
+@cases.case
+def tensors_that_require_grad_are_valid_arguments() -> float:
+    """Collectives are not differentiable: gloo writes results outside autograd, so a tensor that
+    requires grad is a valid argument. DDP's buckets require grad under
+    ``backward(create_graph=True)`` (PyTorch's test_ddp_create_graph); the backend's own
+    ``out=`` writes raised "functions with out=... arguments don't support automatic
+    differentiation"."""
+    for device in (DEVICE, "cpu"):
+        for numel in (4, 1 << 18):  # inside the signature exchange, and through gloo
+            w = torch.ones(numel, device=device, requires_grad=True)
+            y = w * (RANK + 1)
+            dist.all_reduce(y)
+            assert torch.equal(y.detach().cpu(), torch.full((numel,), WORLD * (WORLD + 1) / 2)), device
+            out = torch.empty(WORLD * numel, device=device, requires_grad=True)
+            with torch.no_grad():  # an in-place write into a leaf that requires grad
+                dist.all_gather_into_tensor(out, y.detach())
+    model = torch.nn.Linear(3, 1, bias=False).to(DEVICE)
+    torch.nn.init.constant_(model.weight, 1.0)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    x = torch.full((2, 3), float(RANK + 1), device=DEVICE)
+    for _ in range(2):
+        ddp(x).pow(2).sum().backward(create_graph=True)
+    # d/dw sum((x w)^2) = 2 x^T (x w): per rank 2 * 2 * 3 * (r+1)^2 per weight, averaged, twice
+    expected = 2 * sum(12.0 * (r + 1) ** 2 for r in range(WORLD)) / WORLD
+    grad = model.weight.grad.detach().cpu()
+    assert torch.allclose(grad, torch.full_like(grad, expected)), (grad, expected)
+    return expected
+
+
 def _invalid_calls(pg: dist.ProcessGroup) -> dict[str, tuple[object, str]]:
     """Calls no rank can run (the same on every rank), with what each error must say."""
     c10d = dist.distributed_c10d
