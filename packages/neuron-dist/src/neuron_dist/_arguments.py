@@ -94,6 +94,18 @@ def check_allreduce(op: str, tensors: Sequence[torch.Tensor]) -> None:
     _same_dtype(op, tensors)
 
 
+def check_sparse_allreduce(tensors: Sequence[torch.Tensor], is_sum: bool) -> None:
+    """``all_reduce`` of sparse COO tensors: on the CPU (the neuron device holds dense tensors
+    only), and a sum (gloo's sparse all-reduce sums)."""
+    for tensor in tensors:
+        if tensor.device.type != "cpu":
+            raise _fail("all_reduce", f"got a sparse tensor on '{tensor.device}': the neuron device holds dense "
+                                      "tensors only. All-reduce sparse tensors on the CPU, or call .to_dense() first")
+    if not is_sum:
+        raise _fail("all_reduce", "unsupported reduction operation (allreduce of sparse tensors only works with "
+                                  "ReduceOp.SUM)")
+
+
 def check_reduce(tensors: Sequence[torch.Tensor], root: int, root_tensor: int, size: int) -> None:
     """``reduce``: one tensor, a root in the group."""
     _root("reduce", root, size)

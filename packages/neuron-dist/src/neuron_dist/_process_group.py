@@ -420,7 +420,20 @@ class ProcessGroupNeuron:
         _arguments.check_allreduce("all_reduce", tensors)
         if len(tensors) > 1 and reduce_op_type(opts.reduceOp) == _RedOpType.AVG:
             raise CollectiveArgumentError("neuron: all_reduce: ReduceOp.AVG takes a single-element tensor list")
+        if tensors[0].layout == torch.sparse_coo:
+            _arguments.check_sparse_allreduce(tensors, reduce_op_type(opts.reduceOp) == _RedOpType.SUM)
+            return self._sparse_allreduce(tensors, opts)
         return self._allreduce("all_reduce", tensors, opts.reduceOp, opts.timeout)
+
+    @_collective
+    def _sparse_allreduce(self, tensors: list[torch.Tensor], opts: _c10d.AllreduceOptions) -> Steps:
+        """Sum of sparse COO CPU tensors (DDP with sparse gradients, e.g. ``nn.Embedding(sparse=True)``):
+        gloo's sparse all-reduce, which agrees on each rank's number of entries itself and writes
+        the coalesced sum into the caller's tensors."""
+        first = tensors[0]
+        signature = Signature("all_reduce_sparse", first.dtype, tuple(first.shape), reduce_op=int(_RedOpType.SUM))
+        seq, _ = yield from self._begin(signature, [])  # sparse: no dense layout to check
+        return self._launch("all_reduce", seq, lambda: self._gloo.allreduce(tensors, opts), tensors, tensors)
 
     def allreduce_coalesced(
         self, tensors: list[torch.Tensor], opts: _c10d.AllreduceCoalescedOptions | None = None

@@ -26,9 +26,9 @@ _DTYPES: list[torch.dtype] = [
 _DTYPE_CODE = {dtype: code for code, dtype in enumerate(_DTYPES)}
 _NONE = -1
 # Operations whose tensors must have the same shape on every rank (the others need equal sizes only).
-_SAME_SHAPE_OPS = {"all_reduce", "all_reduce_coalesced", "broadcast", "reduce"}
+_SAME_SHAPE_OPS = {"all_reduce", "all_reduce_coalesced", "all_reduce_sparse", "broadcast", "reduce"}
 _ROOTED_OPS = {"broadcast", "reduce", "gather", "scatter"}
-_REDUCING_OPS = {"all_reduce", "all_reduce_coalesced", "reduce", "reduce_scatter"}
+_REDUCING_OPS = {"all_reduce", "all_reduce_coalesced", "all_reduce_sparse", "reduce", "reduce_scatter"}
 # Operations where each rank sends its own amount (checked through the splits instead).
 _SPLIT_OPS = {"all_to_all", "all_to_all_single"}
 
@@ -78,7 +78,7 @@ def _op_names() -> list[str]:
         "all_reduce", "all_reduce_coalesced", "broadcast", "reduce", "all_gather", "all_gather_into_tensor",
         "all_gather_coalesced", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
         "all_to_all_single", "gather", "scatter", "barrier", "all_gather_into_tensor_coalesced",
-        "reduce_scatter_tensor_coalesced",
+        "reduce_scatter_tensor_coalesced", "all_reduce_sparse",
     ]
 
 

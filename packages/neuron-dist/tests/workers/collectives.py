@@ -661,6 +661,40 @@ def tensors_that_require_grad_are_valid_arguments() -> float:
     return expected
 
 
+@cases.case
+def sparse_cpu_all_reduce_sums_like_gloo() -> list[float]:
+    """Sparse COO CPU tensors all-reduce as with gloo (DDP with sparse gradients:
+    ``nn.Embedding(sparse=True)``; PyTorch's test_sparse_all_reduce_sum): a sum whatever each
+    rank's number of entries, written into the caller's tensor. They were refused as
+    non-contiguous dense tensors. Other reductions raise gloo's error."""
+    n = WORLD + 1
+    t = torch.sparse_coo_tensor(torch.arange(RANK + 1).reshape(1, -1), torch.ones(RANK + 1), (n,))
+    dist.all_reduce(t)
+    expected = torch.tensor([float(WORLD - min(i, WORLD)) for i in range(n)])
+    assert torch.equal(t.to_dense(), expected), (t.to_dense(), expected)
+    uncoalesced = torch.sparse_coo_tensor(torch.tensor([[0, 0]]), torch.tensor([1.0, 2.0]), (n,))
+    dist.all_reduce(uncoalesced, async_op=True).wait()
+    assert uncoalesced.to_dense()[0].item() == 3.0 * WORLD, uncoalesced
+    try:
+        dist.all_reduce(t.clone(), op=dist.ReduceOp.MAX)
+    except ValueError as error:
+        assert "ReduceOp.SUM" in str(error), error
+    else:
+        raise AssertionError("no error for a MAX all_reduce of sparse tensors")
+    # DDP with a sparse embedding gradient, on the CPU over the neuron group, against one process
+    torch.manual_seed(0)
+    model = torch.nn.Embedding(8, 3, sparse=True)
+    reference = torch.nn.Embedding(8, 3)
+    reference.weight.data.copy_(model.weight.data)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ids = [torch.tensor([r % 8, (3 * r + 1) % 8, 5]) for r in range(WORLD)]
+    ddp(ids[RANK]).sum().backward()
+    for r in range(WORLD):
+        (reference(ids[r]).sum() / WORLD).backward()
+    assert torch.allclose(model.weight.grad.to_dense(), reference.weight.grad), "sparse DDP gradient"
+    return expected.tolist()
+
+
 def _invalid_calls(pg: dist.ProcessGroup) -> dict[str, tuple[object, str]]:
     """Calls no rank can run (the same on every rank), with what each error must say."""
     c10d = dist.distributed_c10d
