@@ -16,7 +16,10 @@ and finish locally (:mod:`neuron_dist._frames`), so they cost one all-gather. A 
 returns once its exchange is posted, and the rest runs when someone waits for it, or when the
 exchange completes (:mod:`neuron_dist._deferred`), so ``async_op=True`` does not wait for the
 other ranks to issue it. Failures are diagnosed with the collective's name, sequence number
-and the ranks that did not arrive (:mod:`neuron_dist._arrivals`). CPU tensors are accepted too (passed to gloo as they are).
+and the ranks that did not arrive (:mod:`neuron_dist._arrivals`). CPU tensors are accepted too
+(passed to gloo as they are; sparse COO ones in a sum). Strided tensors are taken where gloo
+takes them, through contiguous stand-ins (:mod:`neuron_dist._staging`), and the steps run in
+the issuer's inference mode with grad off (:mod:`neuron_dist._modes`).
 """
 
 from __future__ import annotations
