@@ -35,6 +35,7 @@ CASES = [
     "group_sequence_numbers_count_collectives",
     "tensors_that_require_grad_are_valid_arguments",
     "sparse_cpu_all_reduce_sums_like_gloo",
+    "ddp_zero_overlap_hook_works_and_interleaved_is_refused",
     "invalid_arguments_raise_at_call_and_leave_the_group_usable",
     "list_all_reduce_reduces_every_tensor_of_every_rank",
     "list_collectives_follow_gloos_semantics",

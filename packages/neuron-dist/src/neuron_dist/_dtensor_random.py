@@ -22,9 +22,6 @@ giving every rank rank 0's generator state (seed every rank alike with ``torch.m
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.machinery
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -32,6 +29,8 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from neuron_dist._after_import import when_imported
 
 __all__ = ["install", "install_when_imported"]
 
@@ -200,35 +199,8 @@ def install() -> None:
     _patch(_random)
 
 
-class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Patches DTensor's random module as soon as it has been imported, whatever imports it."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != _RANDOM:
-            return None
-        _remove_finder()
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_patch(module: ModuleType) -> None:
-            exec_module(module)
-            _patch(module)
-
-        spec.loader.exec_module = exec_then_patch  # type: ignore[method-assign]
-        return spec
-
-
-def _remove_finder() -> None:
-    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _PatchAfterImport)]
-
-
 def install_when_imported() -> None:
     """:func:`install` now if DTensor is loaded, else as soon as it is: DTensor random ops on a
     neuron mesh must work whichever process group made the mesh (PyTorch's threaded test group
     too), and importing DTensor at ``import torch`` would cost every program half a second."""
-    if _RANDOM in sys.modules:
-        _patch(sys.modules[_RANDOM])
-    elif not any(isinstance(finder, _PatchAfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _PatchAfterImport())
+    when_imported(_RANDOM, _patch)

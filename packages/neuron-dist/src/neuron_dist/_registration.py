@@ -15,6 +15,7 @@ from neuron_dist import (
     _monitored_barrier,
     _pg_timeout,
     _sequence_numbers,
+    _zero_overlap,
 )
 from neuron_dist._process_group import BACKEND_NAME, ProcessGroupNeuron
 
@@ -78,4 +79,5 @@ def register() -> None:
     _monitored_barrier.install()
     _pg_timeout.install()
     _sequence_numbers.install()
+    _zero_overlap.install()
     _dtensor_random.install_when_imported()

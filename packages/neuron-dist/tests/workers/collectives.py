@@ -695,6 +695,54 @@ def sparse_cpu_all_reduce_sums_like_gloo() -> list[float]:
     return expected.tolist()
 
 
+@cases.case
+def ddp_zero_overlap_hook_works_and_interleaved_is_refused() -> bool:
+    """DDP + ZeroRedundancyOptimizer(overlap_with_ddp=True) with ``hook_with_zero_step`` trains as
+    DDP with a local optimizer does (PyTorch's test_ddp_zero_overlap); the interleaved variant,
+    which issues broadcasts from future callbacks in an order that can differ between ranks (it
+    failed partway through training with a collective mismatch), is refused when made, as torch
+    refuses it on gloo."""
+    import copy
+
+    from torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook import (
+        hook_with_zero_step,
+        hook_with_zero_step_interleaved,
+    )
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 200), torch.nn.Linear(200, 50)).to(DEVICE)
+    inputs = [torch.randn(1, 100).to(DEVICE) for _ in range(4)]
+    settings = dict(lr=0.01, momentum=0.9, weight_decay=0.001)
+    overlapped = DDP(copy.deepcopy(model))
+    zero = ZeroRedundancyOptimizer(overlapped.parameters(), optimizer_class=torch.optim.SGD,
+                                   overlap_with_ddp=True, **settings)
+    try:
+        hook_with_zero_step_interleaved(allreduce_hook, overlapped, zero)
+    except RuntimeError as error:
+        assert "hook_with_zero_step" in str(error) and "neuron" in str(error), error
+    else:
+        raise AssertionError("hook_with_zero_step_interleaved was accepted on a neuron group")
+    overlapped.register_comm_hook(None, hook_with_zero_step(allreduce_hook, overlapped, zero))
+    local = DDP(copy.deepcopy(model))
+    local_opt = torch.optim.SGD(local.parameters(), **settings)
+    for x in inputs[:2]:  # ZeRO's overlap needs two warm-up iterations
+        overlapped(x).sum().backward()
+    for x in inputs:
+        zero.zero_grad()
+        overlapped(x).sum().backward()
+    for x in inputs:
+        local_opt.zero_grad()
+        local(x).sum().backward()
+        local_opt.step()
+    dist.barrier()
+    for a, b in zip(overlapped.parameters(), local.parameters()):
+        assert torch.allclose(a.detach().cpu(), b.detach().cpu(), rtol=1e-5, atol=1e-6), "ZeRO overlap diverged"
+    return True
+
+
 def _invalid_calls(pg: dist.ProcessGroup) -> dict[str, tuple[object, str]]:
     """Calls no rank can run (the same on every rank), with what each error must say."""
     c10d = dist.distributed_c10d
