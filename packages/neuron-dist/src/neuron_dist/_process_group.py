@@ -48,7 +48,7 @@ from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
 from neuron_dist._reductions import Reduction, plan_reduction, reduce_op_type
 from neuron_dist._signature import Signature
-from neuron_dist._staging import Staging
+from neuron_dist._staging import Staging, any_strided
 from neuron_dist._work import NeuronWork
 
 __all__ = ["ProcessGroupNeuron", "BACKEND_NAME"]
@@ -128,10 +128,11 @@ def _collective(
         return functools.partial(_collective, reads=reads, writes=writes)
     names = list(inspect.signature(steps).parameters)[1:]  # after self
     read_at, write_at = [names.index(n) for n in reads], [names.index(n) for n in writes]
+    staged_at = read_at + write_at
 
     @functools.wraps(steps)
     def issue(self: ProcessGroupNeuron, *args: Any, **kwargs: Any) -> dist.Work:
-        if read_at or write_at:
+        if staged_at and any(any_strided(args[i]) for i in staged_at):
             staging = Staging(args[0] if isinstance(args[0], str) else steps.__name__.strip("_"))
             args = tuple(
                 staging.read(a) if i in read_at else staging.written(a) if i in write_at else a

@@ -20,7 +20,7 @@ import torch
 from neuron_dist._errors import CollectiveArgumentError
 from neuron_dist._host import host_view
 
-__all__ = ["Staging"]
+__all__ = ["Staging", "any_strided"]
 
 
 class Staging:
@@ -65,6 +65,16 @@ class Staging:
             stand_in = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
         self._written.append((tensor, stand_in))
         return stand_in
+
+
+def any_strided(value: Any) -> bool:
+    """Whether ``value`` (a tensor, or a list or list of lists of them) holds a strided tensor:
+    the cheap test that keeps the common, all-contiguous call free of staging."""
+    if isinstance(value, torch.Tensor):
+        return not value.is_contiguous()
+    if isinstance(value, list):
+        return any(any_strided(v) for v in value)
+    return False
 
 
 def _map(value: Any, replace: Any, *, only_strided: bool = True) -> Any:
