@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from torch._inductor.codegen import common as _codegen_common
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 
+from neuron_compile._output_code import LIGHT_PROGRAM_MARKER
+
 __all__ = ["NeuronWrapperCodegen", "lowering_for_neuron"]
 
 # Appended to the generated module's header: names the CPU wrapper uses for allocations and
@@ -31,6 +33,16 @@ from neuron_compile._runtime_support import empty_strided_neuron as empty_stride
 from neuron_compile._runtime_support import empty_strided_neuron as empty_strided_cpu_pinned
 from neuron_compile._runtime_support import neuron_device as device
 """
+# Inductor's header imports ``extern_kernels`` from its autotuning module, which imports every
+# lowering module (~2 s in a fresh process), and ``align`` through its memory planner, which
+# imports its wrapper code generator (~0.5 s); the program only calls them, so it takes the
+# kernels from the runtime support module and ``align`` from where the planner has it, and
+# says so (the loader relies on it: see :mod:`neuron_compile._output_code`).
+_INDUCTOR_EXTERN_KERNELS = "from torch._inductor.select_algorithm import extern_kernels"
+_LIGHTER_IMPORTS = {
+    _INDUCTOR_EXTERN_KERNELS: "from neuron_compile._runtime_support import extern_kernels",
+    "from torch._inductor.codegen.memory_planning import _align as align": "from torch._inductor.utils import _align as align",
+}
 
 
 class NeuronWrapperCodegen(PythonWrapperCodegen):
@@ -50,7 +62,12 @@ class NeuronWrapperCodegen(PythonWrapperCodegen):
 
     def write_header(self) -> None:
         super().write_header()
+        lines = self.imports.get_lines_ref()
+        light = _INDUCTOR_EXTERN_KERNELS in lines
+        lines[:] = [_LIGHTER_IMPORTS.get(line, line) if isinstance(line, str) else line for line in lines]
         self.header.splice(_NEURON_WRAPPER_HEADER, strip=True)
+        if light:
+            self.header.writeline(LIGHT_PROGRAM_MARKER)
 
 
 @contextlib.contextmanager

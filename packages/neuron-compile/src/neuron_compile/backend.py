@@ -438,14 +438,15 @@ class _NeuronGraph:
         cache = default_cache() if self.options.cache else None
         start = time.perf_counter()
         counted_before = _inductor_kernel_count()
-        with _output_code.recording() as output_code:
-            if cache is not None:
-                with cache.lock(key):  # another process compiling this graph finishes first
-                    loaded = self._load_cached(cache, key)
-                    source = "disk"
-                    if loaded is None:
+        if cache is not None:
+            with cache.lock(key):  # another process compiling this graph finishes first
+                loaded, output_code = self._load_cached(cache, key)
+                source = "disk"
+                if loaded is None:
+                    with _output_code.recording() as output_code:
                         loaded, source = self._compile(inputs, cache, key, signature)
-            else:
+        else:
+            with _output_code.recording() as output_code:
                 loaded, source = self._compile(inputs, None, key, signature)
         seconds = time.perf_counter() - start
         reason = getattr(loaded, "_neuron_fallback_reason", "")
@@ -456,19 +457,22 @@ class _NeuronGraph:
                                            tuple(output_code))
         return loaded
 
-    def _load_cached(self, cache: Any, key: str) -> Callable[..., Any] | None:
+    def _load_cached(self, cache: Any, key: str) -> tuple[Callable[..., Any] | None, list[str]]:
+        """The cached executable and the sources Inductor reported loading it; None if absent or bad."""
         payload = cache.get(key)
         if payload is None:
-            return None
+            return None, []
         try:
-            return _loaded_executable(NeuronExecutable.from_bytes(payload))
+            executable = NeuronExecutable.from_bytes(payload)
+            with _output_code.recording(light=executable.light) as output_code:
+                return _loaded_executable(executable), output_code
         except Exception as error:  # noqa: BLE001 - a bad entry is a cache miss, never a failed step
             # A damaged entry, or one a different build of torch-neuronx wrote (its program
             # imports names this build no longer has): reported once, then replaced.
             warnings.warn(f"neuron compile cache entry {key} cannot be loaded "
                           f"({type(error).__name__}: {error}); recompiling", stacklevel=3)
             cache.remove(key)
-            return None
+            return None, []
 
     def _compile(self, inputs: Sequence[Any], cache: Any, key: str,
                  signature: str) -> tuple[Callable[..., Any], str]:

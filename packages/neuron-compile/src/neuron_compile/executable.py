@@ -36,7 +36,11 @@ from typing import Any
 
 import torch
 
+from neuron_compile._output_code import LIGHT_PROGRAM_MARKER
+
 __all__ = ["NeuronExecutable", "ExecutableFormatError"]
+
+_LIGHT_MARKER = LIGHT_PROGRAM_MARKER.encode()
 
 _MAGIC = b"NEURONEX"
 _VERSION = 1
@@ -58,6 +62,12 @@ class NeuronExecutable:
     isa_probes: dict[str, bool] = dataclasses.field(default_factory=dict)  # probe library -> loaded
     cpu: str = ""  # fingerprint of the CPU isa_probes and header_names were obtained on
     header_names: dict[str, str] = dataclasses.field(default_factory=dict)  # see _header_names
+
+    @property
+    def light(self) -> bool:
+        """Whether the program imports none of Inductor's lowering modules (see
+        :mod:`neuron_compile._output_code`): true of what this version's code generator writes."""
+        return _LIGHT_MARKER in self.program
 
     def to_bytes(self) -> bytes:
         """Serialises the executable (see the module docstring for the layout)."""
@@ -115,6 +125,7 @@ class NeuronExecutable:
         from torch._inductor.standalone_compile import AOTCompiledArtifact
 
         import neuron_compile._device_ops  # noqa: F401 - defines the custom ops programs may call
+        from torch._inductor import debug  # noqa: F401 - Inductor's programs read it when run; its lowering imports it
         from neuron_compile import _header_names, _isa_probes
 
         with _isa_probes.answered_from(self.isa_probes, self.cpu), \
