@@ -34,11 +34,13 @@ _SCRIPT = """
     print("LOWERING", "torch._inductor.lowering" in sys.modules)
     print("GRAPH", "torch._inductor.graph" in sys.modules)
     print("WRAPPER_CODEGEN", "torch._inductor.codegen.wrapper" in sys.modules)
+    print("DEBUG", "torch._inductor.debug" in sys.modules)
     # a graph this process compiles afterwards gets the real lowering
     n = int(os.environ["SECOND_N"])
     y = torch.arange(n, dtype=torch.float32)
     second = torch.compile(lambda a: (a * 3).cos().sum(), backend="neuron")(y.to("neuron"))
     print("SECOND", torch.allclose(second.cpu(), (y * 3).cos().sum()), metrics.graphs()[-1].source)
+    print("DEBUG_REAL", torch._inductor.debug is sys.modules["torch._inductor.debug"])
     # tools reading generated code still see the programs loaded without Inductor's hook
     from torch._inductor.utils import run_and_get_code
     _, code = run_and_get_code(lambda: compiled(x))
@@ -55,6 +57,8 @@ def test_a_warm_process_runs_cached_programs_without_importing_the_lowering(tmp_
     assert cold["LOWERING"] == "True"
     assert warm["LOWERING"] == "False", "loading a cached program imported Inductor's lowering modules"
     assert warm["GRAPH"] == "False", "the stand-in torch._inductor.graph was left in sys.modules"
+    assert warm["WRAPPER_CODEGEN"] == "False" and warm["DEBUG"] == "False"
+    assert warm["DEBUG_REAL"] == "True"  # the compile imported torch._inductor.debug, replacing the stand-in
     assert warm["SECOND"] == "True compiled"
     assert warm["REPLAYED"] == cold["REPLAYED"] == "2 True"  # forward and backward, served from memory
 
@@ -154,3 +158,26 @@ def test_the_stand_in_records_sources_and_steps_aside_for_modules_that_bind_it()
 
 def test_no_stand_in_while_another_thread_holds_the_compile_lock():
     assert run_python_lines(_LOCKED_SCRIPT)["REAL"] == "True"
+
+
+_DEFERRED_DEBUG_SCRIPT = """
+    import sys, torch, torch._inductor
+    from neuron_compile._output_code import defer_inductor_debug
+    defer_inductor_debug()
+    flags = torch._inductor.debug.RECORD_GRAPH_EXECUTION, torch._inductor.debug.GRAPH_EXECUTION_ORDER
+    print("FLAGS", flags, "torch._inductor.debug" in sys.modules)
+    from torch._inductor import debug  # the stand-in: other names come from the real module
+    print("OTHER", callable(debug.DebugContext), "torch._inductor.debug" in sys.modules)
+    import torch._inductor.debug
+    print("REPLACED", torch._inductor.debug is sys.modules["torch._inductor.debug"])
+    debug.RECORD_GRAPH_EXECUTION = True  # writes through to the real module
+    print("WRITTEN", sys.modules["torch._inductor.debug"].RECORD_GRAPH_EXECUTION, debug.RECORD_GRAPH_EXECUTION)
+"""
+
+
+def test_inductor_debug_is_imported_only_when_something_needs_more_than_its_run_time_flags():
+    out = run_python_lines(_DEFERRED_DEBUG_SCRIPT)
+    assert out["FLAGS"] == "(False, None) False"
+    assert out["OTHER"] == "True True"
+    assert out["REPLACED"] == "True"
+    assert out["WRITTEN"] == "True True"

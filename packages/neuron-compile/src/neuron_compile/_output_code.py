@@ -19,6 +19,7 @@ have set a hook on it).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.abc
 import sys
 import types
@@ -123,3 +124,34 @@ def replay(sources: Sequence[str]) -> None:
     if hook is not None:
         for code in sources:
             hook(code)
+
+
+class _DeferredInductorDebug(types.ModuleType):
+    """``torch._inductor.debug`` until something imports it: the two flags Inductor's programs read
+    on every call, at their defaults (only the real module's own context managers change them).
+
+    Any other use imports the real module (~350 modules: its IR and scheduler), which then
+    replaces this object as the package's attribute, as every import of a submodule does.
+    """
+
+    _DEFAULTS = {"RECORD_GRAPH_EXECUTION": False, "GRAPH_EXECUTION_ORDER": None}
+
+    def __getattr__(self, name: str) -> Any:
+        real = sys.modules.get(_DEBUG_MODULE)
+        if real is None and name in self._DEFAULTS:
+            return self._DEFAULTS[name]
+        return getattr(real if real is not None else importlib.import_module(_DEBUG_MODULE), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(importlib.import_module(_DEBUG_MODULE), name, value)
+
+
+_DEBUG_MODULE = "torch._inductor.debug"
+
+
+def defer_inductor_debug() -> None:
+    """Lets loaded programs run without importing ``torch._inductor.debug`` (see the class above)."""
+    import torch._inductor as inductor
+
+    if _DEBUG_MODULE not in sys.modules and not hasattr(inductor, "debug"):
+        inductor.debug = _DeferredInductorDebug(_DEBUG_MODULE)  # type: ignore[attr-defined]

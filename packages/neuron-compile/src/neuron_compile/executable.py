@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from neuron_compile._output_code import LIGHT_PROGRAM_MARKER
+from neuron_compile._output_code import LIGHT_PROGRAM_MARKER, defer_inductor_debug
 
 __all__ = ["NeuronExecutable", "ExecutableFormatError"]
 
@@ -125,7 +125,7 @@ class NeuronExecutable:
         from torch._inductor.standalone_compile import AOTCompiledArtifact
 
         import neuron_compile._device_ops  # noqa: F401 - defines the custom ops programs may call
-        from torch._inductor import debug  # noqa: F401 - Inductor's programs read it when run; its lowering imports it
+        defer_inductor_debug()  # Inductor's programs read two of its flags when run; its lowering imports it
         from neuron_compile import _header_names, _isa_probes
 
         with _isa_probes.answered_from(self.isa_probes, self.cpu), \
