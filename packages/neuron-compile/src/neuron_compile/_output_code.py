@@ -13,7 +13,8 @@ module (~2 s of a warm process's start, which running a program never needs). Pr
 code generator marks as *light* (:data:`LIGHT_PROGRAM_MARKER`: they import no lowering module
 themselves) are therefore loaded with a stand-in ``torch._inductor.graph`` holding only the
 hook, for the duration of the load, when the real module is not imported yet (then nobody can
-have set a hook on it).
+have set a hook on it). Likewise ``torch._inductor.debug``, which a running program reads two
+flags of on every call, is a stand-in attribute until something imports the real module.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__: list[str] = []
 
 LIGHT_PROGRAM_MARKER = "# neuron_compile: this program imports no Inductor lowering module"
 _GRAPH_MODULE = "torch._inductor.graph"
+_DEBUG_MODULE = "torch._inductor.debug"
 
 
 def _graph_lowering() -> Any:
@@ -144,9 +146,6 @@ class _DeferredInductorDebug(types.ModuleType):
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(importlib.import_module(_DEBUG_MODULE), name, value)
-
-
-_DEBUG_MODULE = "torch._inductor.debug"
 
 
 def defer_inductor_debug() -> None:
