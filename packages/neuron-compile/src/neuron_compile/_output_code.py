@@ -102,8 +102,7 @@ def recording(light: bool = False) -> Iterator[list[str]]:
     ``light``: the context only loads programs marked with :data:`LIGHT_PROGRAM_MARKER`, so it
     may use the stand-in module (never for compiling: the lowering needs the real one).
     """
-    with contextlib.ExitStack() as stack:
-        lowering = stack.enter_context(_stand_in_graph_module()) if light else _graph_lowering()
+    with _stand_in_graph_module() if light else contextlib.nullcontext(_graph_lowering()) as lowering:
         previous = lowering.save_output_code
         recorded: list[str] = []
 
