@@ -9,6 +9,11 @@ gloo, or mix data of equal-width dtypes, as plain gloo does.
 all_gather_into_tensor and reduce_scatter_tensor whose data fits travel inside the signature
 exchange (:mod:`neuron_dist._frames`), so they cost one all-gather instead of two collectives.
 The limit is on the bytes one exchange gathers (all ranks' frames together); ``0`` never inlines.
+
+``NEURON_DIST_SPECULATE`` (default ``1``): with the check on, post a large all_reduce,
+all_gather_into_tensor or reduce_scatter_tensor together with its signature exchange when the
+group predicts it from the collectives before (:mod:`neuron_dist._speculation`), so a repeating
+pattern costs one round trip per collective. ``0`` waits for the exchange before moving data.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ __all__ = ["DistConfig", "config"]
 class DistConfig:
     check_signatures: bool
     inline_bytes: int
+    speculate: bool
 
 
 def _load() -> DistConfig:
@@ -32,7 +38,10 @@ def _load() -> DistConfig:
     inline = os.environ.get("NEURON_DIST_INLINE_BYTES", str(8 << 20)).strip()
     if not inline.isdigit():
         raise ValueError(f"NEURON_DIST_INLINE_BYTES must be a number of bytes >= 0, got {inline!r}")
-    return DistConfig(check_signatures=value == "1", inline_bytes=int(inline))
+    speculate = os.environ.get("NEURON_DIST_SPECULATE", "1").strip()
+    if speculate not in ("0", "1"):
+        raise ValueError(f"NEURON_DIST_SPECULATE must be 0 or 1, got {speculate!r}")
+    return DistConfig(check_signatures=value == "1", inline_bytes=int(inline), speculate=speculate == "1")
 
 
 config = _load()

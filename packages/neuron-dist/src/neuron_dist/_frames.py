@@ -19,6 +19,11 @@ The slot follows the last exchanged collective's payload (rounded up, at least
 a benchmark loop, FSDP's per-layer all-gathers, gradient buckets -- costs one all-gather each.
 A collective larger than the previous one costs a frame with no room for it plus gloo's
 collective (two round trips, as without inlining); a smaller one sends some padding.
+
+Collectives too large to inline pass their gloo operation (a :class:`Launch`) along; the header
+carries its key, and when the group predicted it from the headers before
+(:mod:`neuron_dist._speculation`) the operation is posted together with the exchange, so a
+repeating pattern of large collectives also costs one round trip each.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from neuron_dist._signature import Signature, check_signatures, encode_fields, signature_width
+from neuron_dist._speculation import LAUNCH_WORDS, NO_LAUNCH, Launch, Predictor, StandIns
 
 __all__ = ["FrameExchange", "Posted"]
 
@@ -137,6 +143,8 @@ class Posted:
     frames: _Frames
     inline: bool  # this rank's payload is in its frame
     wanted: int  # this rank's payload size in bytes
+    speculative: dist.Work | None = None  # the predicted launch or its stand-in (_speculation)
+    matched: bool = False  # ``speculative`` is this rank's own launch
 
 
 def _numel(shape: torch.Size) -> int:
@@ -149,12 +157,14 @@ def _numel(shape: torch.Size) -> int:
 class FrameExchange:
     """One group's frame all-gathers (see the module docstring); the slot size is shared state."""
 
-    def __init__(self, gloo: dist.ProcessGroup, size: int, inline_limit: int) -> None:
+    def __init__(self, gloo: dist.ProcessGroup, size: int, inline_limit: int, speculate: bool = False) -> None:
         self._gloo = gloo
         self._size = size
         self._width = signature_width(size)
-        # header: signature fields, then [inline payload bytes or -1, payload bytes wanted]
-        self._header_words = _round_up(self._width + 2, _ALIGN // 8)
+        # header: signature fields, then [inline payload bytes or -1, payload bytes wanted], then
+        # the collective's launch key (_speculation; -1s when it has none)
+        self._launch_at = self._width + 2
+        self._header_words = _round_up(self._launch_at + LAUNCH_WORDS, _ALIGN // 8)
         self._header_bytes = self._header_words * 8
         self._limit = inline_limit  # bytes gathered per collective (all ranks' frames) at most
         self._slot = self._next_slot(0)
@@ -162,6 +172,11 @@ class FrameExchange:
         self._buffers: OrderedDict[int, _Frames] = OrderedDict()
         self._encoded: dict[Signature, list[int]] = {}
         self.last: _Frames | None = None  # the buffers of the last exchange (its payloads, if inline)
+        self._speculate = speculate
+        self._predictor = Predictor()
+        self._stand_ins = StandIns(gloo, size)
+        self._speculated: dist.Work | None = None  # the last exchange's launch, if it was predicted
+        self.speculation = {"hits": 0, "misses": 0}  # predicted launches used / discarded
 
     def _next_slot(self, wanted: int) -> int:
         slot = max(_MIN_SLOT, _round_up(wanted, _ALIGN))
@@ -193,26 +208,51 @@ class FrameExchange:
             self._encoded[signature] = fields
         return fields
 
-    def post(self, signature: Signature, seq: int, payload: torch.Tensor | None = None, wanted: int = 0) -> Posted:
+    def post(
+        self,
+        signature: Signature,
+        seq: int,
+        payload: torch.Tensor | None = None,
+        wanted: int = 0,
+        launch: Launch | None = None,
+    ) -> Posted:
         """Starts the all-gather of this rank's frame (gloo runs it; see :meth:`complete`).
 
         ``payload`` (a CPU tensor, any dtype, contiguous or not) is what this rank would carry
         inline, ``wanted`` its size in bytes (0 for collectives that never inline; give it even
         when ``payload`` is None so the next slot fits). The payload is copied into the frame
-        now. Only one exchange may be in flight: :meth:`complete` it before posting the next.
+        now. ``launch`` is the gloo operation the collective runs when its data does not travel
+        inline; if the group predicts it (:mod:`neuron_dist._speculation`), it is posted now,
+        right after the exchange. Only one exchange may be in flight: :meth:`complete` it before
+        posting the next.
         """
+        predicted = self._predictor.predict() if self._speculate else None
+        matched = predicted is not None and launch is not None and launch.key == predicted
         frames = self._frames(self._slot)
         self.last = frames
         header = frames.header
         width = self._width
         header[:width] = self._fields(signature)
         header[0] = seq
-        inline = payload is not None and wanted <= self._slot
+        inline = payload is not None and wanted <= self._slot and not matched
         header[width] = wanted if inline else _NO_INLINE
         header[width + 1] = wanted
+        at = self._launch_at
+        header[at : at + LAUNCH_WORDS] = launch.key.words() if launch is not None else NO_LAUNCH
         if inline and wanted:
             frames.put_payload(payload, wanted)
-        return Posted(self._gloo._allgather_base(frames.recv, frames.send), frames, inline, wanted)
+        if predicted is None:
+            return Posted(self._gloo._allgather_base(frames.recv, frames.send), frames, inline, wanted)
+        # the data first: it takes longer, and starts moving while the exchange is posted
+        speculative = launch.post() if matched else self._stand_ins.post(predicted)  # type: ignore[union-attr]
+        work = self._gloo._allgather_base(frames.recv, frames.send)
+        return Posted(work, frames, inline, wanted, speculative, matched)
+
+    def take_speculated(self) -> dist.Work | None:
+        """The gloo work of the last completed exchange's collective, if it was posted with the
+        exchange and every rank's call matched it (the caller then only waits for it)."""
+        work, self._speculated = self._speculated, None
+        return work
 
     def complete(
         self, posted: Posted, where: Callable[[], str], diagnose: Callable[[BaseException], BaseException]
@@ -223,6 +263,7 @@ class FrameExchange:
         transport error into the error to raise. Returns whether every rank's payload travelled
         inline (read it from :attr:`last`); if not, the caller runs gloo's collective.
         """
+        self._speculated = None
         try:
             posted.work.wait()
         except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
@@ -230,10 +271,31 @@ class FrameExchange:
         frames = posted.frames
         if frames.headers_equal():
             self._update_slot(posted.wanted)
+            # every rank sent this header: all learn the same, and agree on the speculation
+            header = frames.header
+            launch = NO_LAUNCH if posted.inline else tuple(header[self._launch_at : self._launch_at + LAUNCH_WORDS])
+            self._predictor.record(tuple(header[1 : self._launch_at]), launch)
+            if posted.matched:
+                self._speculated = posted.speculative
+                self.speculation["hits"] += 1
+            elif posted.speculative is not None:
+                self.speculation["misses"] += 1  # a stand-in on every rank: it finishes in the background
             return posted.inline
+        self._predictor.forget_previous()
+        if posted.speculative is not None:
+            self.speculation["misses"] += 1
+            self._wait(posted, diagnose)  # every rank posted one: let them all finish it
         width = self._width
         headers = frames.headers()
         self._update_slot(int(headers[:, width + 1].max()))  # before raising: every rank agrees
         check_signatures(headers[:, :width].contiguous(), self._size, where())
         # compatible signatures that differ in fields that need not agree (all_gather input shapes)
         return bool((headers[:, width] >= 0).all())
+
+    @staticmethod
+    def _wait(posted: Posted, diagnose: Callable[[BaseException], BaseException]) -> None:
+        """Waits for a speculative launch whose result is not used (a stand-in, or a miss)."""
+        try:
+            posted.speculative.wait()  # type: ignore[union-attr]
+        except Exception as error:  # noqa: BLE001
+            raise diagnose(error) from error

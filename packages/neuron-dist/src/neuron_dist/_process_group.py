@@ -48,6 +48,7 @@ from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
 from neuron_dist._reductions import Reduction, plan_reduction, reduce_op_type
 from neuron_dist._signature import Signature
+from neuron_dist._speculation import Launch, LaunchKey, speculable
 from neuron_dist._staging import Staging, any_strided
 from neuron_dist._work import NeuronWork
 
@@ -64,6 +65,9 @@ _ALL_REDUCE_INLINE_BYTES = 1 << 20
 # beyond ~2 MiB gathered those copies cost more than the second round trip they save
 # (bench/collectives.py: 4 MiB 1.46-1.50x gloo inline, 0.95-1.03x with the round trip).
 _ALL_GATHER_INLINE_BYTES = 2 << 20
+# An inline reduce_scatter gathers every rank's whole input: beyond this (bytes gathered) gloo's
+# reduce_scatter posted with the exchange (_speculation) is faster when the group predicts it.
+_REDUCE_SCATTER_INLINE_BYTES = 2 << 20
 _GLOO_DTYPES = {
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int8, torch.uint8, torch.bool,
@@ -179,9 +183,11 @@ class ProcessGroupNeuron:
         self._group_name = ""
         self._check = config.check_signatures and size > 1
         inline_bytes = config.inline_bytes if self._check else 0
-        self._frames = FrameExchange(self._gloo, size, inline_bytes)
+        self._speculate = self._check and config.speculate
+        self._frames = FrameExchange(self._gloo, size, inline_bytes, self._speculate)
         self._all_reduce_inline = min(inline_bytes, _ALL_REDUCE_INLINE_BYTES)
         self._all_gather_inline = min(inline_bytes, _ALL_GATHER_INLINE_BYTES)
+        self._reduce_scatter_inline = min(inline_bytes, _REDUCE_SCATTER_INLINE_BYTES) if self._speculate else inline_bytes
         self._plans: dict[tuple[torch.dtype, Any], Reduction] = {}
         self._coalesced: list[dist.Work] | None = None
         self._last: DeferredCollective | None = None  # the last collective issued with an exchange
@@ -285,6 +291,7 @@ class ProcessGroupNeuron:
         tensors: Sequence[torch.Tensor],
         payload: torch.Tensor | None = None,
         wanted: int = 0,
+        launch: Launch | None = None,
     ) -> Generator[dist.Work, None, tuple[int, bool]]:
         """Numbers the collective, checks devices, and checks the signature against the other ranks.
 
@@ -292,7 +299,9 @@ class ProcessGroupNeuron:
         the signature exchange and yields it; the steps resume (see :meth:`_issue`) once the
         caller waits, or the exchange completed. Returns the sequence number, and whether
         ``payload`` travelled inside the exchange on every rank (:meth:`FrameExchange.complete`;
-        the caller then finishes the collective locally from ``self._frames.last``).
+        the caller then finishes the collective locally from ``self._frames.last``). ``launch``
+        is the collective's gloo operation when it does not inline, for the exchange to post
+        early if the group predicted it; :meth:`_launched` then returns its work.
         """
         op = signature.op
         self._check_tensors(op, tensors)
@@ -302,11 +311,34 @@ class ProcessGroupNeuron:
             return seq, False
         diagnose = lambda error: self._diagnose(op, seq, error)  # noqa: E731
         try:
-            posted = self._frames.post(signature, seq, payload, wanted)
+            posted = self._frames.post(signature, seq, payload, wanted, launch)
         except Exception as error:  # noqa: BLE001 (gloo raises plain RuntimeError)
             raise diagnose(error) from error
         yield posted.work
         return seq, self._frames.complete(posted, lambda: self._where(op, seq), diagnose)
+
+    def _launched(self, launch: Launch | None) -> Callable[[], dist.Work]:
+        """How a collective that passed ``launch`` to :meth:`_begin` starts its data movement:
+        with the work the exchange already posted, if the prediction held, else by posting it."""
+        work = self._frames.take_speculated()
+        if work is not None:
+            return lambda: work
+        assert launch is not None
+        return launch.post
+
+    def _reduction_launch(self, kind: str, dtype: torch.dtype, numel: int, reduce_op: Any,
+                          post: Callable[[Reduction], dist.Work]) -> Launch | None:
+        """The :class:`Launch` of a reduction that gloo runs on the caller's dtype with one of its
+        own ops (AVG divides by the ranks, so a stand-in could not leave values unchanged)."""
+        if not self._speculate or not speculable(dtype):
+            return None
+        try:
+            plan = self._plan(dtype, reduce_op, kind, self._posting)
+        except ValueError:
+            return None  # raised after the exchange, as for any collective
+        if plan.wire_dtype is not None or plan.divisor or plan.op == _RedOpType.AVG:
+            return None
+        return Launch(LaunchKey(kind, dtype, numel, plan.op), lambda: post(plan))
 
     def _issue(self, steps: Steps) -> dist.Work:
         """Numbers a collective and starts its steps, or queues them behind the group's previous
@@ -459,12 +491,25 @@ class ProcessGroupNeuron:
             op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in tensors),
             reduce_op=int(reduce_op_type(reduce_op)),
         )
-        view = host_view(first) if single else None
-        seq, inline = yield from self._begin(signature, tensors, view, _nbytes(first) if single else 0)
+        view = host_view(first) if single or len(tensors) == 1 else None
+        launch = None
+        if not single and op == "all_reduce" and len(tensors) == 1:
+
+            def post(plan: Reduction) -> dist.Work:
+                gloo_opts = _c10d.AllreduceOptions()
+                gloo_opts.reduceOp = plan.op
+                gloo_opts.timeout = timeout
+                return self._gloo.allreduce([view], gloo_opts)
+
+            launch = self._reduction_launch("all_reduce", first.dtype, first.numel(), reduce_op, post)
+        seq, inline = yield from self._begin(signature, tensors, view if single else None,
+                                             _nbytes(first) if single else 0, launch)
         plan = self._plan(first.dtype, reduce_op, op, seq)
         if inline:
             plan.reduce_rows(self._frames.last.rank_rows(first.dtype, 0, first.shape), view)
             return self._completed(tensors)
+        if launch is not None:
+            return self._launch(op, seq, self._launched(launch), tensors, tensors)
         views = [view] if single else host_views(tensors)
         wires = [plan.to_wire(v) for v in views]
         gloo_opts = _c10d.AllreduceOptions()
@@ -576,18 +621,30 @@ class ProcessGroupNeuron:
             op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs),
             reduce_op=int(reduce_op_type(opts.reduceOp)),
         )
-        single = len(inputs) == 1 and len(outputs) == 1 and self._check and self._inlines(first.dtype, opts.reduceOp)
-        payload = None
-        if single:
+        one = len(inputs) == 1 and len(outputs) == 1 and self._check
+        single = one and self._inlines(first.dtype, opts.reduceOp)
+        payload = launch = None
+        if one:
             in_view, out_view = host_view(first), host_view(outputs[0])
             chunk = out_view.numel()
-            if in_view.numel() == chunk * self._size and in_view.dtype == out_view.dtype:
+            flat = in_view.numel() == chunk * self._size and in_view.dtype == out_view.dtype
+            if single and flat and self._size * _nbytes(first) <= self._reduce_scatter_inline:
                 payload = in_view
-        seq, inline = yield from self._begin(signature, [*outputs, *inputs], payload, _nbytes(first) if single else 0)
+            elif flat:
+                in_flat, out_flat = in_view.reshape(-1), out_view.reshape(-1)
+
+                def post(plan: Reduction) -> dist.Work:
+                    return self._gloo._reduce_scatter_base(out_flat, in_flat, self._reduce_scatter_opts(plan.op, opts))
+
+                launch = self._reduction_launch("reduce_scatter", first.dtype, first.numel(), opts.reduceOp, post)
+        wanted = _nbytes(first) if single else 0
+        seq, inline = yield from self._begin(signature, [*outputs, *inputs], payload, wanted, launch)
         plan = self._plan(first.dtype, opts.reduceOp, op, seq)
         if inline:
             plan.reduce_rows(self._frames.last.rank_rows(first.dtype, self._rank * chunk, out_view.shape), out_view)
             return self._completed(outputs)
+        if launch is not None:
+            return self._launch(op, seq, self._launched(launch), outputs, (outputs, inputs))
         out_views = [v.reshape(-1) for v in host_views(outputs)]
         out_wires = [plan.to_wire(v) for v in out_views]
         in_wires = [plan.to_wire(v.reshape(-1)) for v in host_views(inputs)]
@@ -708,18 +765,28 @@ class ProcessGroupNeuron:
         first = inputs[0]
         single = len(inputs) == 1 and len(outputs) == 1 and self._check
         signature = Signature(op, first.dtype, tuple(first.shape), numel=sum(t.numel() for t in inputs))
-        payload = None
+        payload = launch = None
         if single:  # inline when the output is one flat buffer of the ranks' inputs in rank order
             in_view, out_view = host_view(first), host_view(outputs[0])
             fits = out_view.numel() == first.numel() * self._size and out_view.dtype == first.dtype
             small = self._size * _nbytes(first) <= self._all_gather_inline
             if fits and small and out_view.is_contiguous():
                 payload = in_view
+            elif fits and self._speculate:
+                out_wire, in_wire = _wire(out_view.reshape(-1)), _wire(in_view.reshape(-1))
+                launch = Launch(
+                    LaunchKey("all_gather", in_wire.dtype, in_wire.numel()),
+                    lambda: self._gloo._allgather_base(out_wire, in_wire, opts),
+                )
         nbytes = _nbytes(first)
-        seq, inline = yield from self._begin(signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0)
+        seq, inline = yield from self._begin(
+            signature, [*outputs, *inputs], payload, nbytes if payload is not None else 0, launch
+        )
         if inline:
             self._frames.last.copy_rows(out_view.data_ptr(), nbytes)  # out_view: contiguous, checked above
             return self._completed(outputs)
+        if launch is not None:
+            return self._launch(op, seq, self._launched(launch), outputs, (outputs, inputs))
         # flat buffers: gloo insists on an output shaped (world, *input.shape); NCCL (and we) take any shape
         outs = _wires([v.reshape(-1) for v in host_views(outputs)])
         ins = _wires([v.reshape(-1) for v in host_views(inputs)])

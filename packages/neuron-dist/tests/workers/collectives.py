@@ -446,6 +446,74 @@ def inline_and_gloo_paths_agree_with_gloo() -> None:
 
 
 @cases.case
+def speculated_collectives_agree_with_gloo_and_mismatches_still_raise() -> dict:
+    """A repeating pattern of large collectives is posted together with its signature exchange
+    (neuron_dist._speculation): results still equal a gloo group's bitwise, round after round
+    (fresh data each round, so a stale result would show); a new size, a mismatch after the
+    learnt pattern and the collectives after it behave as without speculation."""
+    group = dist.new_group()  # fresh prediction state
+    gloo = dist.new_group(backend="gloo")
+    frames = group._get_backend(DEVICE).impl._frames
+    gen = torch.Generator().manual_seed(200 + RANK)
+    n = 1 << 19  # 2 MiB of float32: too large to travel inside the exchange
+
+    def same(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+        if not torch.equal(actual.cpu(), expected):
+            raise AssertionError(f"{what}: {int((actual.cpu() != expected).sum())} elements differ from gloo's")
+
+    for rnd in range(4):
+        data = torch.randn(WORLD * n, generator=gen)
+        for op in (R.SUM, R.MAX):
+            mine, ref = data[:n].to(DEVICE), data[:n].clone()
+            dist.all_reduce(mine, op=op, group=group)
+            dist.all_reduce(ref, op=op, group=gloo)
+            same(mine, ref, f"round {rnd}: all_reduce {op}")
+        ints = (data[:n] * 1000).to(torch.int32)
+        mine, ref = ints.to(DEVICE), ints.clone()
+        dist.all_reduce(mine, op=R.MIN, group=group)
+        dist.all_reduce(ref, op=R.MIN, group=gloo)
+        same(mine, ref, f"round {rnd}: all_reduce MIN int32")
+        out, ref = torch.empty(WORLD, n, device=DEVICE), torch.empty(WORLD * n)
+        dist.all_gather_into_tensor(out, data[:n].to(DEVICE), group=group)
+        dist.all_gather_into_tensor(ref, data[:n].clone(), group=gloo)
+        same(out, ref.view(WORLD, n), f"round {rnd}: all_gather_into_tensor")
+        out, ref = torch.empty(n, device=DEVICE), torch.empty(n)
+        dist.reduce_scatter_tensor(out, data.to(DEVICE), group=group)
+        dist.reduce_scatter_tensor(ref, data.clone(), group=gloo)
+        same(out, ref, f"round {rnd}: reduce_scatter_tensor")
+    hits = frames.speculation["hits"]
+    assert hits >= 2 * 5, f"the repeated pattern was never posted early: {frames.speculation}"
+
+    # a consistent miss: every rank predicts a 2 MiB all_reduce after the last reduce_scatter
+    misses = frames.speculation["misses"]
+    mine = torch.full((n + 64,), float(RANK + 1), device=DEVICE)
+    dist.all_reduce(mine, group=group)
+    same(mine, torch.full((n + 64,), float(sum(range(1, WORLD + 1)))), "all_reduce of a new size")
+    assert frames.speculation["misses"] > misses, frames.speculation
+
+    # learn "all_reduce after all_reduce", then only rank 0 issues it: every rank raises, and
+    # rank 0's tensor (reduced with the others' stand-ins, the reduce op's identity) keeps its value
+    for _ in range(4):
+        dist.all_reduce(torch.ones(n, device=DEVICE), group=group)
+    mine = torch.full((n if RANK == 0 else n + 8,), 3.0, device=DEVICE)
+    try:
+        dist.all_reduce(mine, group=group)
+    except neuron_dist.CollectiveMismatchError as error:
+        text = str(error)
+    else:
+        raise AssertionError("no error for all_reduces of different sizes")
+    if RANK == 0:
+        same(mine, torch.full((n,), 3.0), "rank 0's tensor after the mismatch")
+    for _ in range(3):  # in step again, predictions and all
+        mine = torch.ones(n, device=DEVICE)
+        dist.all_reduce(mine, group=group)
+        same(mine, torch.full((n,), float(WORLD)), "all_reduce after the mismatch")
+    destroy_when_every_rank_is_done(gloo)
+    destroy_when_every_rank_is_done(group)
+    return {"error": text, "speculation": dict(frames.speculation)}
+
+
+@cases.case
 def collectives_under_inference_mode_then_outside() -> None:
     """A group whose first collectives run under torch.inference_mode() (an evaluation loop
     before training) keeps working outside it: its reused buffers must not be inference tensors."""

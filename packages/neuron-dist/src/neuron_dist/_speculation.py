@@ -1,0 +1,209 @@
+"""Speculative data movement: a large collective's gloo operation posted alongside its signature exchange.
+
+A checked collective too large to travel inside the exchange frame (:mod:`neuron_dist._frames`)
+costs two round trips: the exchange, then gloo's collective. Training loops issue the same
+sequence of collectives step after step, so the group predicts the next collective from the one
+before it and posts gloo's operation for it *together with* the exchange; when the exchange shows
+every rank issued exactly the predicted collective, the data is already moving and the collective
+costs one round trip.
+
+Gloo aborts the process when ranks post operations of different sizes, so what is posted must be
+the same on every rank before anything is known about the other ranks' calls. The prediction is
+therefore made only from exchanged headers (the same on every rank): after the previous
+collective, the group looks up which launch followed that collective last time. Each rank posts
+the predicted launch on its own tensors if its call matches it, and otherwise a *stand-in* of
+the same kind, dtype and size on scratch buffers. After the exchange:
+
+* every rank matched (headers equal and equal to the prediction): the collective is done
+  when gloo's operation completes;
+* no rank matched (a consistent miss): the stand-ins' result is discarded and the collective runs
+  as without speculation;
+* ranks disagree: the signature check raises on every rank, as without speculation.
+
+A stand-in all_reduce contributes the identity of the reduce op, so a rank whose own tensor took
+part keeps its value when only it matched. A rank's output (all_gather, reduce_scatter) may hold
+stand-in data until the collective runs again or raises. A prediction is used once it was seen
+twice in a row, or once after the same number of equal collectives in a row (see
+:class:`Predictor`), so changing patterns do not pay for wasted transfers every time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch._C import _distributed_c10d as _c10d
+
+__all__ = ["LAUNCH_WORDS", "NO_LAUNCH", "Launch", "LaunchKey", "Predictor", "StandIns", "speculable"]
+
+_RedOpType = dist.ReduceOp.RedOpType
+_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+_DTYPES = (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int8, torch.uint8, torch.bool,
+)
+LAUNCH_WORDS = 4  # header words: kind, dtype, numel, reduce op (all -1: no launch)
+NO_LAUNCH = (-1,) * LAUNCH_WORDS
+_MAX_PREDICTIONS = 4096
+_MAX_RUN = 1 << 16  # run lengths beyond this count as this
+_AFTER_MISMATCH: tuple[int, ...] = ()  # the "previous header" after ranks disagreed (no real header is empty)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchKey:
+    """One gloo operation, as every rank must post it: kind, wire dtype, size and reduce op.
+
+    ``numel`` counts the elements this rank sends: all_reduce's tensor, all_gather's shard,
+    reduce_scatter's whole input.
+    """
+
+    kind: str
+    dtype: torch.dtype
+    numel: int
+    reduce_op: _RedOpType | None = None
+
+    def words(self) -> tuple[int, ...]:
+        op = -1 if self.reduce_op is None else int(self.reduce_op)
+        return (_KINDS.index(self.kind), _DTYPES.index(self.dtype), self.numel, op)
+
+    @staticmethod
+    def from_words(words: Sequence[int]) -> LaunchKey:
+        kind, dtype, numel, op = (int(w) for w in words)
+        return LaunchKey(_KINDS[kind], _DTYPES[dtype], numel, None if op < 0 else _RedOpType(op))
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """A collective's gloo operation on this rank's tensors, ready to be posted early."""
+
+    key: LaunchKey
+    post: Callable[[], dist.Work]
+
+
+def speculable(dtype: torch.dtype) -> bool:
+    """Whether gloo moves ``dtype`` as it is (the launch keys' dtypes)."""
+    return dtype in _DTYPES
+
+
+def _identity(dtype: torch.dtype, op: _RedOpType | None) -> float | int | bool:
+    """The value that leaves the other ranks' values unchanged under ``op``."""
+    if op in (None, _RedOpType.SUM, _RedOpType.BOR, _RedOpType.BXOR):
+        return -0.0 if dtype.is_floating_point else 0  # -0.0 + x == x, also for x == -0.0
+    if op == _RedOpType.PRODUCT:
+        return 1
+    if dtype == torch.bool:
+        return op in (_RedOpType.MIN, _RedOpType.BAND)
+    if op == _RedOpType.BAND:
+        return 255 if dtype == torch.uint8 else -1  # all bits set
+    if dtype.is_floating_point:
+        return float("inf") if op == _RedOpType.MIN else float("-inf")
+    info = torch.iinfo(dtype)
+    return info.max if op == _RedOpType.MIN else info.min
+
+
+class StandIns:
+    """Posts the stand-in of a predicted launch on scratch buffers.
+
+    Nobody waits for a stand-in: its transfer finishes in the background while the collective
+    runs. Buffers are reused once the stand-in that last used them completed.
+    """
+
+    def __init__(self, gloo: dist.ProcessGroup, size: int) -> None:
+        self._gloo = gloo
+        self._size = size
+        self._idle: dict[LaunchKey, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._busy: list[tuple[dist.Work, LaunchKey, tuple[torch.Tensor, torch.Tensor]]] = []
+
+    def _buffers(self, key: LaunchKey) -> tuple[torch.Tensor, torch.Tensor]:
+        still_busy = []
+        for work, used_key, buffers in self._busy:
+            if work.is_completed():
+                if len(self._idle) < 4:
+                    self._idle[used_key] = buffers
+            else:
+                still_busy.append((work, used_key, buffers))
+        self._busy = still_busy
+        buffers = self._idle.pop(key, None)
+        if buffers is None:
+            with torch.inference_mode(False):
+                send = torch.empty(key.numel, dtype=key.dtype, device="cpu")
+                if key.kind == "all_gather":
+                    recv = torch.empty(key.numel * self._size, dtype=key.dtype, device="cpu")
+                elif key.kind == "reduce_scatter":
+                    recv = torch.empty(key.numel // self._size, dtype=key.dtype, device="cpu")
+                else:
+                    recv = send
+            buffers = (send, recv)
+        return buffers
+
+    def post(self, key: LaunchKey) -> dist.Work:
+        """Posts gloo's operation for ``key`` (its buffers stay alive until it completes)."""
+        buffers = self._buffers(key)
+        send, recv = buffers
+        if key.kind == "all_reduce":
+            send.fill_(_identity(key.dtype, key.reduce_op))  # reduced in place: refilled every time
+            opts = _c10d.AllreduceOptions()
+            opts.reduceOp = key.reduce_op
+            work = self._gloo.allreduce([send], opts)
+        elif key.kind == "all_gather":
+            work = self._gloo._allgather_base(recv, send)
+        else:
+            opts = _c10d.ReduceScatterOptions()
+            opts.reduceOp = key.reduce_op
+            work = self._gloo._reduce_scatter_base(recv, send, opts)
+        self._busy.append((work, key, buffers))
+        return work
+
+
+class Predictor:
+    """Which launch follows each exchanged header, learnt identically on every rank.
+
+    Headers (without their sequence number) that every rank sent are the only input, so all
+    ranks predict the same launch. The main table is keyed by the previous header *and* how many
+    times in a row it was sent, so a run of N equal collectives and what follows it are learnt
+    after one pass; each entry keeps a two-state confidence (one different successor lowers it,
+    two replace it), so a loop's exit does not unlearn the loop. For run lengths not seen before,
+    a second table keyed by the previous header alone is used once it saw the same successor
+    twice in a row (a long loop of one collective).
+    """
+
+    def __init__(self) -> None:
+        self._previous: tuple[int, ...] | None = None
+        self._run = 0  # how many times in a row the previous header was exchanged
+        self._exact: dict[tuple[tuple[int, ...] | None, int], tuple[tuple[int, ...], int]] = {}
+        self._generic: dict[tuple[int, ...] | None, tuple[tuple[int, ...], bool]] = {}
+
+    def predict(self) -> LaunchKey | None:
+        """The launch to post with the next exchange, if one is predicted."""
+        entry = self._exact.get((self._previous, self._run))
+        if entry is not None and entry[1] > 0:
+            words = entry[0]
+        else:
+            generic = self._generic.get(self._previous)
+            words = generic[0] if generic is not None and generic[1] else NO_LAUNCH
+        return None if words == NO_LAUNCH else LaunchKey.from_words(words)
+
+    def record(self, header: tuple[int, ...], launch_words: tuple[int, ...]) -> None:
+        """Every rank exchanged ``header`` (sequence number left out), whose launch was ``launch_words``."""
+        if len(self._exact) >= _MAX_PREDICTIONS:
+            self._exact.clear()
+            self._generic.clear()
+        key = (self._previous, self._run)
+        entry = self._exact.get(key)
+        if entry is None or (entry[0] != launch_words and entry[1] == 0):
+            self._exact[key] = (launch_words, 1)
+        elif entry[0] == launch_words:
+            self._exact[key] = (launch_words, 2)
+        else:
+            self._exact[key] = (entry[0], entry[1] - 1)
+        generic = self._generic.get(self._previous)
+        self._generic[self._previous] = (launch_words, generic is not None and generic[0] == launch_words)
+        self._run = min(self._run + 1, _MAX_RUN) if header == self._previous else 1
+        self._previous = header
+
+    def forget_previous(self) -> None:
+        """The ranks' headers differed: the next collective follows a mismatch (nothing else known)."""
+        self._previous = _AFTER_MISMATCH
+        self._run = 0
