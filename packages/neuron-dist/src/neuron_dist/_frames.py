@@ -248,6 +248,10 @@ class FrameExchange:
         work = self._gloo._allgather_base(frames.recv, frames.send)
         return Posted(work, frames, inline, wanted, speculative, matched)
 
+    def drain(self) -> None:
+        """Lets stand-ins still in flight finish (see :meth:`StandIns.drain`)."""
+        self._stand_ins.drain()
+
     def take_speculated(self) -> dist.Work | None:
         """The gloo work of the last completed exchange's collective, if it was posted with the
         exchange and every rank's call matched it (the caller then only waits for it)."""
