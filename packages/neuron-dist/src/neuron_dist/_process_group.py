@@ -65,10 +65,6 @@ _ALL_REDUCE_INLINE_BYTES = 1 << 20
 # beyond ~2 MiB gathered those copies cost more than the second round trip they save
 # (bench/collectives.py: 4 MiB 1.46-1.50x gloo inline, 0.95-1.03x with the round trip).
 _ALL_GATHER_INLINE_BYTES = 2 << 20
-# With speculation (gloo's collective posted with the exchange when predicted), the copies cost
-# more than the concurrent exchange from a smaller size on; measured in one process, alternating
-# (1 MiB gathered: 1.65x gloo inline, 1.28x speculated; 256 KiB: 0.80x and 1.43x).
-_ALL_GATHER_INLINE_BYTES_SPECULATING = 512 << 10
 # An inline reduce_scatter gathers every rank's whole input (1 MiB input: 0.90x gloo inline,
 # 1.56x speculated; 4 MiB: 1.17-1.39x inline, 1.08-1.15x speculated).
 _REDUCE_SCATTER_INLINE_BYTES_SPECULATING = 2 << 20
@@ -190,9 +186,7 @@ class ProcessGroupNeuron:
         self._speculate = self._check and config.speculate
         self._frames = FrameExchange(self._gloo, size, inline_bytes, self._speculate)
         self._all_reduce_inline = min(inline_bytes, _ALL_REDUCE_INLINE_BYTES)
-        self._all_gather_inline = min(
-            inline_bytes, _ALL_GATHER_INLINE_BYTES_SPECULATING if self._speculate else _ALL_GATHER_INLINE_BYTES
-        )
+        self._all_gather_inline = min(inline_bytes, _ALL_GATHER_INLINE_BYTES)
         self._reduce_scatter_inline = (
             min(inline_bytes, _REDUCE_SCATTER_INLINE_BYTES_SPECULATING) if self._speculate else inline_bytes
         )
