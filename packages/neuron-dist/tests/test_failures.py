@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from conftest import assert_case, launch, results
 
 
@@ -41,3 +43,12 @@ def test_unwaited_async_collective_finishes_before_exit(tmp_path) -> None:
     proc = launch("failures.py", tmp_path, 2, "unwaited", timeout=120)
     values = assert_case(results(tmp_path, 2, proc), "unwaited_async_collective_finishes_before_exit")
     assert values == ["reduced", "issued"], values
+
+
+@pytest.mark.parametrize("variable", ["NEURON_DIST_SPECULATE", "NEURON_DIST_INLINE_BYTES", "NEURON_DIST_CHECK_SIGNATURES"])
+def test_ranks_with_different_settings_refuse_to_create_the_group(tmp_path, variable: str) -> None:
+    proc = launch("settings_mismatch.py", tmp_path, 2, variable, timeout=120)
+    texts = assert_case(results(tmp_path, 2, proc), "different_settings_raise_when_the_group_is_created")
+    for text in texts:  # every rank names every rank's settings
+        assert "different neuron-dist settings" in text and "global rank 0" in text and "global rank 1" in text, text
+        assert variable in text

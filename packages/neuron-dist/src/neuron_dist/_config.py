@@ -14,6 +14,10 @@ The limit is on the bytes one exchange gathers (all ranks' frames together); ``0
 all_gather_into_tensor or reduce_scatter_tensor together with its signature exchange when the
 group predicts it from the collectives before (:mod:`neuron_dist._speculation`), so a repeating
 pattern costs one round trip per collective. ``0`` waits for the exchange before moving data.
+
+All three decide which gloo operations a rank posts, so every rank of a group must use the same
+values: a group compares them through its store when it is created (:func:`agree`) and refuses
+to start otherwise (different values would abort the process inside gloo at the first collective).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["DistConfig", "config"]
+import torch.distributed as dist
+
+__all__ = ["DistConfig", "agree", "config"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +51,28 @@ def _load() -> DistConfig:
 
 
 config = _load()
+
+_SETTINGS_KEY = "neuron_dist_settings/{rank}"
+
+
+def _describe(settings: DistConfig) -> str:
+    return (f"NEURON_DIST_CHECK_SIGNATURES={int(settings.check_signatures)} "
+            f"NEURON_DIST_INLINE_BYTES={settings.inline_bytes} NEURON_DIST_SPECULATE={int(settings.speculate)}")
+
+
+def agree(store: dist.Store, rank: int, size: int, global_ranks: list[int], settings: DistConfig = config) -> None:
+    """Raises ``ValueError`` on every rank of a new group unless all of them have the same settings.
+
+    ``store`` is the group's own (prefixed) store; every rank of the group is creating it now.
+    """
+    mine = _describe(settings)
+    store.set(_SETTINGS_KEY.format(rank=rank), mine)
+    theirs = [mine if r == rank else store.get(_SETTINGS_KEY.format(rank=r)).decode() for r in range(size)]
+    if all(other == mine for other in theirs):
+        return
+    listed = "; ".join(f"global rank {global_ranks[r]}: {text}" for r, text in enumerate(theirs))
+    raise ValueError(
+        "neuron: the ranks of a process group were started with different neuron-dist settings, "
+        "which would make them post different gloo operations (gloo aborts the process on the "
+        f"first collective). Set the same environment on every rank. Settings per rank: {listed}"
+    )

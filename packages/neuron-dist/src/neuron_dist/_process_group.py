@@ -36,7 +36,7 @@ from torch._C import _distributed_c10d as _c10d
 
 from neuron_dist import _arguments
 from neuron_dist._arrivals import ArrivalBoard
-from neuron_dist._config import config
+from neuron_dist._config import agree, config
 from neuron_dist._deferred import DeferredCollective, DeferredWork, Steps
 from neuron_dist._errors import (
     CollectiveArgumentError,
@@ -172,9 +172,11 @@ class ProcessGroupNeuron:
         timeout: timedelta,
         global_ranks: Sequence[int] | None = None,
     ) -> None:
+        self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
+        if size > 1:
+            agree(store, rank, size, self._global_ranks)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
         self._timeout = timeout
-        self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
         self._board = ArrivalBoard(store, rank, size)
         self._rank = rank
         self._size = size
