@@ -29,6 +29,7 @@ CASES = [
     "mismatch_between_inline_and_large_raises",
     "inline_and_gloo_paths_agree_with_gloo",
     "speculated_collectives_agree_with_gloo_and_mismatches_still_raise",
+    "speculated_async_collectives_agree_with_gloo",
     "collectives_under_inference_mode_then_outside",
     "wrong_device_names_backend_and_device",
     "non_contiguous_tensors_raise_instead_of_corrupting",

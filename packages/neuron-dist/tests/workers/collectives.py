@@ -514,6 +514,35 @@ def speculated_collectives_agree_with_gloo_and_mismatches_still_raise() -> dict:
 
 
 @cases.case
+def speculated_async_collectives_agree_with_gloo() -> dict:
+    """DDP's pattern: several large async all_reduces issued back to back (queued behind each
+    other's exchanges, posted from the progress thread or a waiting caller), waited in reverse
+    order, with futures on some, round after round: bitwise gloo's results, and posted early."""
+    group = dist.new_group()
+    gloo = dist.new_group(backend="gloo")
+    frames = group._get_backend(DEVICE).impl._frames
+    gen = torch.Generator().manual_seed(300 + RANK)
+    sizes = (1 << 19, 3 << 18, 1 << 19)  # 2, 3 and 2 MiB of float32
+    for rnd in range(5):
+        data = [torch.randn(n, generator=gen) for n in sizes]
+        mine = [d.to(DEVICE) for d in data]
+        works = [dist.all_reduce(t, group=group, async_op=True) for t in mine]
+        futures = [works[1].get_future()]
+        for ref in data:
+            dist.all_reduce(ref, group=gloo)
+        for work in reversed(works):
+            work.wait()
+        futures[0].wait()
+        for i, (t, ref) in enumerate(zip(mine, data)):
+            if not torch.equal(t.cpu(), ref):
+                raise AssertionError(f"round {rnd}, bucket {i}: differs from gloo's all_reduce")
+    assert frames.speculation["hits"] >= 6, frames.speculation
+    destroy_when_every_rank_is_done(gloo)
+    destroy_when_every_rank_is_done(group)
+    return dict(frames.speculation)
+
+
+@cases.case
 def collectives_under_inference_mode_then_outside() -> None:
     """A group whose first collectives run under torch.inference_mode() (an evaluation loop
     before training) keeps working outside it: its reused buffers must not be inference tensors."""
