@@ -63,6 +63,19 @@ def test_a_loop_exit_does_not_unlearn_the_loop() -> None:
     assert predicted[1] == GATHER and predicted[3] == GATHER, predicted
 
 
+def test_a_successor_that_depends_on_earlier_calls_is_told_apart() -> None:
+    # bench/collectives.py's blocks: a barrier is followed by the collective or by another barrier,
+    # depending on the runs before it (ABBA order of timed blocks)
+    cycle = [("barrier", None), ("sum", BIG_SUM), ("sum", BIG_SUM), ("barrier", None), ("barrier", None),
+             ("barrier", None), ("sum", BIG_SUM), ("sum", BIG_SUM), ("barrier", None)]
+    predictor = Predictor()
+    for _ in range(3):
+        _feed(predictor, cycle)
+    expected = [key for _, key in cycle]
+    for _ in range(3):
+        assert _feed(predictor, cycle) == expected
+
+
 def test_a_mismatch_forgets_the_previous_collective() -> None:
     predictor = Predictor()
     _feed(predictor, [("sum", BIG_SUM)] * 4)

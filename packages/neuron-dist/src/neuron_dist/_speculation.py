@@ -16,15 +16,16 @@ the same kind, dtype and size on scratch buffers. After the exchange:
 
 * every rank matched (headers equal and equal to the prediction): the collective is done
   when gloo's operation completes;
-* no rank matched (a consistent miss): the stand-ins' result is discarded and the collective runs
-  as without speculation;
+* no rank matched (a consistent miss): the stand-ins finish in the background, their result
+  unused, and the collective runs as without speculation;
 * ranks disagree: the signature check raises on every rank, as without speculation.
 
 A stand-in all_reduce contributes the identity of the reduce op, so a rank whose own tensor took
 part keeps its value when only it matched. A rank's output (all_gather, reduce_scatter) may hold
-stand-in data until the collective runs again or raises. A prediction is used once it was seen
-twice in a row, or once after the same number of equal collectives in a row (see
-:class:`Predictor`), so changing patterns do not pay for wasted transfers every time.
+stand-in data until the collective runs again or raises. Predictions come from the last few
+runs of equal collectives (see :class:`Predictor`): a training step's sequence is learnt after
+one or two steps, and a changing pattern stops being predicted instead of paying for wasted
+transfers every time.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ LAUNCH_WORDS = 4  # header words: kind, dtype, numel, reduce op (all -1: no laun
 NO_LAUNCH = (-1,) * LAUNCH_WORDS
 _MAX_PREDICTIONS = 4096
 _MAX_RUN = 1 << 16  # run lengths beyond this count as this
+_CONTEXT_RUNS = 3  # runs of history a successor is learnt for (besides the last run alone)
 _AFTER_MISMATCH: tuple[int, ...] = ()  # the "previous header" after ranks disagreed (no real header is empty)
 
 
@@ -167,53 +169,69 @@ class StandIns:
         return work
 
 
+_Run = tuple[tuple[int, ...], int]  # a header and how many times in a row it was exchanged
+
+
 class Predictor:
     """Which launch follows each exchanged header, learnt identically on every rank.
 
     Headers (without their sequence number) that every rank sent are the only input, so all
-    ranks predict the same launch. The main table is keyed by the previous header *and* how many
-    times in a row it was sent, so a run of N equal collectives and what follows it are learnt
-    after one pass; each entry keeps a two-state confidence (one different successor lowers it,
-    two replace it), so a loop's exit does not unlearn the loop. For run lengths not seen before,
-    a second table keyed by the previous header alone is used once it saw the same successor
-    twice in a row (a long loop of one collective).
+    ranks predict the same launch. The history is kept as runs (a header, how many times in a
+    row); a successor is learnt for the last :data:`_CONTEXT_RUNS` runs and for the last run
+    alone, and the longest context known is used. So a run of N equal collectives and what
+    follows it are learnt after one pass, and so is a step whose calls repeat in a longer cycle
+    (the same collective followed by different ones, told apart by what came before). Each entry
+    keeps a two-state confidence (one different successor lowers it, two replace it), so a loop's
+    exit does not unlearn the loop. For run lengths not seen before, a table keyed by the
+    previous header alone is used once it saw the same successor twice in a row (a long loop of
+    one collective).
     """
 
     def __init__(self) -> None:
-        self._previous: tuple[int, ...] | None = None
-        self._run = 0  # how many times in a row the previous header was exchanged
-        self._exact: dict[tuple[tuple[int, ...] | None, int], tuple[tuple[int, ...], int]] = {}
+        self._runs: tuple[_Run, ...] = ()  # the last runs, oldest first
+        self._learnt: dict[tuple[_Run, ...], tuple[tuple[int, ...], int]] = {}
         self._generic: dict[tuple[int, ...] | None, tuple[tuple[int, ...], bool]] = {}
+
+    def _contexts(self) -> tuple[tuple[_Run, ...], ...]:
+        last = self._runs[-1:]
+        return (self._runs, last) if len(self._runs) > 1 else (last,)
+
+    def _previous(self) -> tuple[int, ...] | None:
+        return self._runs[-1][0] if self._runs else None
 
     def predict(self) -> LaunchKey | None:
         """The launch to post with the next exchange, if one is predicted."""
-        entry = self._exact.get((self._previous, self._run))
-        if entry is not None and entry[1] > 0:
-            words = entry[0]
+        for context in self._contexts():
+            entry = self._learnt.get(context)
+            if entry is not None and entry[1] > 0:
+                words = entry[0]
+                break
         else:
-            generic = self._generic.get(self._previous)
+            generic = self._generic.get(self._previous())
             words = generic[0] if generic is not None and generic[1] else NO_LAUNCH
         return None if words == NO_LAUNCH else LaunchKey.from_words(words)
 
     def record(self, header: tuple[int, ...], launch_words: tuple[int, ...]) -> None:
         """Every rank exchanged ``header`` (sequence number left out), whose launch was ``launch_words``."""
-        if len(self._exact) >= _MAX_PREDICTIONS:
-            self._exact.clear()
+        if len(self._learnt) >= _MAX_PREDICTIONS:
+            self._learnt.clear()
             self._generic.clear()
-        key = (self._previous, self._run)
-        entry = self._exact.get(key)
-        if entry is None or (entry[0] != launch_words and entry[1] == 0):
-            self._exact[key] = (launch_words, 1)
-        elif entry[0] == launch_words:
-            self._exact[key] = (launch_words, 2)
+        for context in self._contexts():
+            entry = self._learnt.get(context)
+            if entry is None or (entry[0] != launch_words and entry[1] == 0):
+                self._learnt[context] = (launch_words, 1)
+            elif entry[0] == launch_words:
+                self._learnt[context] = (launch_words, 2)
+            else:
+                self._learnt[context] = (entry[0], entry[1] - 1)
+        previous = self._previous()
+        generic = self._generic.get(previous)
+        self._generic[previous] = (launch_words, generic is not None and generic[0] == launch_words)
+        if header == previous:
+            self._runs = (*self._runs[:-1], (header, min(self._runs[-1][1] + 1, _MAX_RUN)))
         else:
-            self._exact[key] = (entry[0], entry[1] - 1)
-        generic = self._generic.get(self._previous)
-        self._generic[self._previous] = (launch_words, generic is not None and generic[0] == launch_words)
-        self._run = min(self._run + 1, _MAX_RUN) if header == self._previous else 1
-        self._previous = header
+            self._runs = (*self._runs, (header, 1))[-_CONTEXT_RUNS:]
 
     def forget_previous(self) -> None:
         """The ranks' headers differed: the next collective follows a mismatch (nothing else known)."""
-        self._previous = _AFTER_MISMATCH
-        self._run = 0
+        self._runs = ((_AFTER_MISMATCH, 1),)
