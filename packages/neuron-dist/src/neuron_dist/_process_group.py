@@ -322,13 +322,12 @@ class ProcessGroupNeuron:
         yield posted.work
         return seq, self._frames.complete(posted, lambda: self._where(op, seq), diagnose)
 
-    def _launched(self, launch: Launch | None) -> Callable[[], dist.Work]:
+    def _launched(self, launch: Launch) -> Callable[[], dist.Work]:
         """How a collective that passed ``launch`` to :meth:`_begin` starts its data movement:
         with the work the exchange already posted, if the prediction held, else by posting it."""
         work = self._frames.take_speculated()
         if work is not None:
             return lambda: work
-        assert launch is not None
         return launch.post
 
     def _reduction_launch(self, kind: str, dtype: torch.dtype, numel: int, reduce_op: Any,

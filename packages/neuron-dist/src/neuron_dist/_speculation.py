@@ -49,6 +49,7 @@ LAUNCH_WORDS = 4  # header words: kind, dtype, numel, reduce op (all -1: no laun
 NO_LAUNCH = (-1,) * LAUNCH_WORDS
 _MAX_PREDICTIONS = 4096
 _MAX_RUN = 1 << 16  # run lengths beyond this count as this
+_IDLE_BYTES = 64 << 20  # scratch kept for later stand-ins, at most (larger ones are made per use)
 _CONTEXT_RUNS = 3  # runs of history a successor is learnt for (besides the last run alone)
 _AFTER_MISMATCH: tuple[int, ...] = ()  # the "previous header" after ranks disagreed (no real header is empty)
 
@@ -105,11 +106,17 @@ def _identity(dtype: torch.dtype, op: _RedOpType | None) -> float | int | bool:
     return info.max if op == _RedOpType.MIN else info.min
 
 
+def _nbytes(buffers: tuple[torch.Tensor, torch.Tensor]) -> int:
+    send, recv = buffers
+    return send.nbytes + (recv.nbytes if recv is not send else 0)
+
+
 class StandIns:
     """Posts the stand-in of a predicted launch on scratch buffers.
 
     Nobody waits for a stand-in: its transfer finishes in the background while the collective
-    runs. Buffers are reused once the stand-in that last used them completed.
+    runs. Buffers are reused once the stand-in that last used them completed (up to
+    :data:`_IDLE_BYTES` of them are kept).
     """
 
     def __init__(self, gloo: dist.ProcessGroup, size: int) -> None:
@@ -122,7 +129,7 @@ class StandIns:
         still_busy = []
         for work, used_key, buffers in self._busy:
             if work.is_completed():
-                if len(self._idle) < 4:
+                if sum(_nbytes(kept) for kept in self._idle.values()) + _nbytes(buffers) <= _IDLE_BYTES:
                     self._idle[used_key] = buffers
             else:
                 still_busy.append((work, used_key, buffers))
