@@ -68,6 +68,11 @@ _ALL_GATHER_INLINE_BYTES = 2 << 20
 # An inline reduce_scatter gathers every rank's whole input (1 MiB input: 0.90x gloo inline,
 # 1.56x speculated; 4 MiB: 1.17-1.39x inline, 1.08-1.15x speculated).
 _REDUCE_SCATTER_INLINE_BYTES_SPECULATING = 2 << 20
+# Speculation (posting gloo's collective with the exchange) saves one exchange round trip, ~0.5 ms
+# here: under 3% of a collective beyond this size (all_reduce's tensor, all_gather's output,
+# reduce_scatter's input), where the concurrent exchange's CPU cost on a busy host outweighs it
+# (bench/collective_speculation.py: 16 MiB about even, at times 5-15% slower).
+_SPECULATE_MAX_BYTES = 8 << 20
 _GLOO_DTYPES = {
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int8, torch.uint8, torch.bool,
@@ -334,7 +339,7 @@ class ProcessGroupNeuron:
                           post: Callable[[Reduction], dist.Work]) -> Launch | None:
         """The :class:`Launch` of a reduction that gloo runs on the caller's dtype with one of its
         own ops (AVG divides by the ranks, so a stand-in could not leave values unchanged)."""
-        if not self._speculate or not speculable(dtype):
+        if not self._speculate or not speculable(dtype) or numel * dtype.itemsize > _SPECULATE_MAX_BYTES:
             return None
         try:
             plan = self._plan(dtype, reduce_op, kind, self._posting)
@@ -776,7 +781,7 @@ class ProcessGroupNeuron:
             small = self._size * _nbytes(first) <= self._all_gather_inline
             if fits and small and out_view.is_contiguous():
                 payload = in_view
-            elif fits and self._speculate:
+            elif fits and self._speculate and _nbytes(out_view) <= _SPECULATE_MAX_BYTES:
                 out_wire, in_wire = _wire(out_view.reshape(-1)), _wire(in_view.reshape(-1))
                 launch = Launch(
                     LaunchKey("all_gather", in_wire.dtype, in_wire.numel()),

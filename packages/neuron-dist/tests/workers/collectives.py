@@ -508,6 +508,12 @@ def speculated_collectives_agree_with_gloo_and_mismatches_still_raise() -> dict:
         mine = torch.ones(n, device=DEVICE)
         dist.all_reduce(mine, group=group)
         same(mine, torch.full((n,), float(WORLD)), "all_reduce after the mismatch")
+    hits = frames.speculation["hits"]
+    for _ in range(4):  # beyond 8 MiB the saved round trip is too small a share: not speculated
+        mine = torch.ones(4 << 20, device=DEVICE)
+        dist.all_reduce(mine, group=group)
+        same(mine, torch.full((4 << 20,), float(WORLD)), "a 16 MiB all_reduce")
+    assert frames.speculation["hits"] == hits, frames.speculation
     destroy_when_every_rank_is_done(gloo)
     destroy_when_every_rank_is_done(group)
     return {"error": text, "speculation": dict(frames.speculation)}
