@@ -48,7 +48,7 @@ from neuron_dist._host import host_view, host_view_lists, host_views
 from neuron_dist._frames import FrameExchange
 from neuron_dist._reductions import Reduction, plan_reduction, reduce_op_type
 from neuron_dist._signature import Signature
-from neuron_dist._speculation import Launch, LaunchKey, speculable
+from neuron_dist._speculation import GLOO_DTYPES, Launch, LaunchKey
 from neuron_dist._staging import Staging, any_strided
 from neuron_dist._work import NeuronWork
 
@@ -73,10 +73,7 @@ _REDUCE_SCATTER_INLINE_BYTES_SPECULATING = 2 << 20
 # reduce_scatter's input), where the concurrent exchange's CPU cost on a busy host outweighs it
 # (bench/collective_speculation.py: 16 MiB about even, at times 5-15% slower).
 _SPECULATE_MAX_BYTES = 8 << 20
-_GLOO_DTYPES = {
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
-    torch.int8, torch.uint8, torch.bool,
-}
+_GLOO_DTYPES = frozenset(GLOO_DTYPES)
 
 
 def _wire(view: torch.Tensor) -> torch.Tensor:
@@ -339,7 +336,7 @@ class ProcessGroupNeuron:
                           post: Callable[[Reduction], dist.Work]) -> Launch | None:
         """The :class:`Launch` of a reduction that gloo runs on the caller's dtype with one of its
         own ops (AVG divides by the ranks, so a stand-in could not leave values unchanged)."""
-        if not self._speculate or not speculable(dtype) or numel * dtype.itemsize > _SPECULATE_MAX_BYTES:
+        if not self._speculate or dtype not in _GLOO_DTYPES or numel * dtype.itemsize > _SPECULATE_MAX_BYTES:
             return None
         try:
             plan = self._plan(dtype, reduce_op, kind, self._posting)

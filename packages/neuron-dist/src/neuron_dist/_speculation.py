@@ -10,7 +10,7 @@ costs one round trip.
 Gloo aborts the process when ranks post operations of different sizes, so what is posted must be
 the same on every rank before anything is known about the other ranks' calls. The prediction is
 therefore made only from exchanged headers (the same on every rank): after the previous
-collective, the group looks up which launch followed that collective last time. Each rank posts
+collectives, the group looks up which launch followed the same collectives last time. Each rank posts
 the predicted launch on its own tensors if its call matches it, and otherwise a *stand-in* of
 the same kind, dtype and size on scratch buffers. After the exchange:
 
@@ -37,11 +37,12 @@ import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as _c10d
 
-__all__ = ["LAUNCH_WORDS", "NO_LAUNCH", "Launch", "LaunchKey", "Predictor", "StandIns", "speculable"]
+__all__ = ["GLOO_DTYPES", "LAUNCH_WORDS", "NO_LAUNCH", "Launch", "LaunchKey", "Predictor", "StandIns"]
 
 _RedOpType = dist.ReduceOp.RedOpType
 _KINDS = ("all_reduce", "all_gather", "reduce_scatter")
-_DTYPES = (
+# The dtypes gloo moves as they are (the others travel as bytes); a launch key codes them by position.
+GLOO_DTYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
     torch.int8, torch.uint8, torch.bool,
 )
@@ -69,12 +70,12 @@ class LaunchKey:
 
     def words(self) -> tuple[int, ...]:
         op = -1 if self.reduce_op is None else int(self.reduce_op)
-        return (_KINDS.index(self.kind), _DTYPES.index(self.dtype), self.numel, op)
+        return (_KINDS.index(self.kind), GLOO_DTYPES.index(self.dtype), self.numel, op)
 
     @staticmethod
     def from_words(words: Sequence[int]) -> LaunchKey:
         kind, dtype, numel, op = (int(w) for w in words)
-        return LaunchKey(_KINDS[kind], _DTYPES[dtype], numel, None if op < 0 else _RedOpType(op))
+        return LaunchKey(_KINDS[kind], GLOO_DTYPES[dtype], numel, None if op < 0 else _RedOpType(op))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +84,6 @@ class Launch:
 
     key: LaunchKey
     post: Callable[[], dist.Work]
-
-
-def speculable(dtype: torch.dtype) -> bool:
-    """Whether gloo moves ``dtype`` as it is (the launch keys' dtypes)."""
-    return dtype in _DTYPES
 
 
 def _identity(dtype: torch.dtype, op: _RedOpType | None) -> float | int | bool:
