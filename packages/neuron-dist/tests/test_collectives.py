@@ -46,6 +46,7 @@ CASES = [
     "collectives_pass_through_c10d_dispatcher_ops",
     "async_collectives_return_before_other_ranks_issue_them",
     "waited_collectives_leave_nothing_for_the_progress_thread",
+    "blocking_collectives_run_on_the_calling_thread",
     "cpu_tensors_also_work",
     "hsdp_on_2x2_mesh_matches_single_device",
     "fsdp_tp_meta_init_matches_single_device",

@@ -137,7 +137,9 @@ def _collective(
     staged_at = read_at + write_at
 
     @functools.wraps(steps)
-    def issue(self: ProcessGroupNeuron, *args: Any, **kwargs: Any) -> dist.Work:
+    def issue(self: ProcessGroupNeuron, *args: Any, blocking: bool | None = None) -> dist.Work:
+        if blocking is None:  # the options come last; torch sets asyncOp=False for async_op=False
+            blocking = bool(args) and getattr(args[-1], "asyncOp", True) is False
         if staged_at and any(any_strided(args[i]) for i in staged_at):
             staging = Staging(args[0] if isinstance(args[0], str) else steps.__name__.strip("_"))
             args = tuple(
@@ -145,8 +147,8 @@ def _collective(
                 for i, a in enumerate(args)
             )
             if staging:
-                return self._issue(_staged(steps(self, *args, **kwargs), staging))
-        return self._issue(steps(self, *args, **kwargs))
+                return self._issue(_staged(steps(self, *args), staging), blocking)
+        return self._issue(steps(self, *args), blocking)
 
     return issue
 
@@ -346,12 +348,17 @@ class ProcessGroupNeuron:
             return None
         return Launch(LaunchKey(kind, dtype, numel, plan.op), lambda: post(plan))
 
-    def _issue(self, steps: Steps) -> dist.Work:
+    def _issue(self, steps: Steps, blocking: bool = False) -> dist.Work:
         """Numbers a collective and starts its steps, or queues them behind the group's previous
         collective if its steps have not run; returns the work (deferred while the steps wait
         for an exchange). The number is taken here, so ``_get_sequence_number_for_group`` (what
-        ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprints calls with) counts every issued call."""
+        ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` fingerprints calls with) counts every issued call.
+
+        A ``blocking`` call (``async_op=False``: its caller waits for the work at once) runs its
+        steps to the end here when nothing is queued before it, without the deferred machinery."""
         self._seq += 1
+        if blocking and self._coalesced is None and (self._last is None or self._last.finished):
+            return self._run_now(self._numbered(steps, self._seq))
         collective = DeferredCollective(self._numbered(steps, self._seq), lambda: self._alive)
         if self._last is not None and collective.queue_behind(self._last):
             work: dist.Work = DeferredWork(collective)
@@ -372,6 +379,31 @@ class ProcessGroupNeuron:
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
+
+    def _run_now(self, steps: Steps) -> dist.Work:
+        """Runs numbered steps to their end on this thread (see :meth:`_issue`), without grad as
+        the deferred path runs them; errors raise here, as :meth:`DeferredWork.wait` raises them."""
+        self._last = None
+        grad = torch.is_grad_enabled()
+        if grad:
+            torch._C._set_grad_enabled(False)
+        try:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            except BaseException:
+                self._seq -= 1  # refused before anything was sent (a bad argument): not issued
+                raise
+            try:
+                steps.send(None)
+            except StopIteration as done:
+                return done.value
+        finally:
+            if grad:
+                torch._C._set_grad_enabled(True)
+        steps.close()
+        raise RuntimeError("neuron: internal error: a collective's steps yielded twice")
 
     def _numbered(self, steps: Steps, seq: int) -> Steps:
         """``steps``, started with ``seq`` as the number :meth:`_begin` gives the collective."""
@@ -465,7 +497,7 @@ class ProcessGroupNeuron:
         if tensors[0].layout == torch.sparse_coo:
             _arguments.check_sparse_allreduce(tensors, reduce_op_type(opts.reduceOp) == _RedOpType.SUM)
             return self._sparse_allreduce(tensors, opts)
-        return self._allreduce("all_reduce", tensors, opts.reduceOp, opts.timeout)
+        return self._allreduce("all_reduce", tensors, opts.reduceOp, opts.timeout, blocking=not opts.asyncOp)
 
     @_collective
     def _sparse_allreduce(self, tensors: list[torch.Tensor], opts: _c10d.AllreduceOptions) -> Steps:
@@ -483,7 +515,8 @@ class ProcessGroupNeuron:
         """All-reduce of several tensors as one collective."""
         opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
         _arguments.check_allreduce("all_reduce_coalesced", tensors)
-        return self._allreduce("all_reduce_coalesced", tensors, opts.reduceOp, opts.timeout)
+        return self._allreduce("all_reduce_coalesced", tensors, opts.reduceOp, opts.timeout,
+                               blocking=not opts.asyncOp)
 
     @_collective
     def _allreduce(self, op: str, tensors: list[torch.Tensor], reduce_op: Any, timeout: timedelta) -> Steps:

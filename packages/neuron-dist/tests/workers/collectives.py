@@ -1107,6 +1107,64 @@ def async_collectives_return_before_other_ranks_issue_them() -> None:
 
 
 @cases.case
+def blocking_collectives_run_on_the_calling_thread() -> dict:
+    """Calls made with ``async_op=False`` (their caller waits at once) run their steps to the end
+    in the call, without a deferred collective or the progress thread, and keep the caller's grad
+    mode; an ``async_op=True`` call, and a blocking one queued behind it, still take the deferred
+    path, in issue order."""
+    from neuron_dist import _deferred
+
+    group = dist.new_group()
+    deferred = []
+    original_init = _deferred.DeferredCollective.__init__
+
+    def counting_init(self, *args, **kwargs):
+        deferred.append(1)
+        original_init(self, *args, **kwargs)
+
+    _deferred.DeferredCollective.__init__ = counting_init
+    try:
+        big = 3 * (1 << 18)  # 3 MiB of float32: beyond the inline limits, gloo's own collective
+        for numel in (6, big):
+            t = _value(RANK, torch.float32, numel).to(DEVICE)
+            t.requires_grad_(False)
+            with torch.enable_grad():
+                dist.all_reduce(t, group=group)
+                assert torch.is_grad_enabled(), "a blocking all_reduce left grad mode off"
+            _expect(t, sum(_value(r, torch.float32, numel) for r in range(WORLD)), f"all_reduce of {numel}")
+            out = torch.empty(WORLD * numel, device=DEVICE)
+            with torch.no_grad():
+                dist.all_gather_into_tensor(out, _value(RANK, torch.float32, numel).to(DEVICE), group=group)
+                assert not torch.is_grad_enabled(), "a blocking all_gather turned grad mode on"
+            _expect(out, torch.cat([_value(r, torch.float32, numel) for r in range(WORLD)]), f"all_gather of {numel}")
+            shard = torch.empty(numel, device=DEVICE)
+            dist.reduce_scatter_tensor(shard, torch.cat([_value(RANK, torch.float32, numel)] * WORLD).to(DEVICE),
+                                       group=group)
+            _expect(shard, sum(_value(r, torch.float32, numel) for r in range(WORLD)), f"reduce_scatter of {numel}")
+        b = _value(RANK, torch.int64).to(DEVICE)
+        dist.broadcast(b, src=dist.get_global_rank(group, WORLD - 1), group=group)
+        _expect(b, _value(WORLD - 1, torch.int64), "broadcast")
+        dist.barrier(group=group)
+        blocking_deferred = len(deferred)
+
+        # async, then a blocking call issued before the async one is waited: queued behind it
+        first = _value(RANK, torch.float32).to(DEVICE)
+        second = _value(RANK, torch.float32).to(DEVICE)
+        work = dist.all_reduce(first, op=R.MAX, group=group, async_op=True)
+        dist.all_reduce(second, group=group)
+        work.wait()
+        _expect(first, _reference(R.MAX, torch.float32), "async all_reduce before a blocking one")
+        _expect(second, _reference(R.SUM, torch.float32), "blocking all_reduce after an async one")
+        mixed_deferred = len(deferred) - blocking_deferred
+    finally:
+        _deferred.DeferredCollective.__init__ = original_init
+    assert blocking_deferred == 0, f"{blocking_deferred} blocking calls went through the deferred path"
+    assert mixed_deferred >= 1, "the async all_reduce did not take the deferred path"
+    destroy_when_every_rank_is_done(group)
+    return {"blocking_deferred": blocking_deferred, "mixed_deferred": mixed_deferred}
+
+
+@cases.case
 def waited_collectives_leave_nothing_for_the_progress_thread() -> None:
     """The progress thread forgets a collective as soon as its caller's ``wait()`` claims it (it
     kept every one until its next look, so a loop of synchronous collectives kept hundreds of
