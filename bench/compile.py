@@ -49,8 +49,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 _T_MODULE = time.time()  # child processes: the script's first line ran (after the interpreter started)
@@ -558,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("small", "large"):
             if name not in skip:
                 rounds = s.small_rounds if name == "small" else s.large_rounds
-                size = dataclasses.replace(SIZES[name], seq=args.small_seq) if name == "small" else SIZES[name]
+                size = replace(SIZES[name], seq=args.small_seq) if name == "small" else SIZES[name]
                 results["train"][name] = bench_train(size, rounds, s.warmup_steps)
                 results["train"][name]["tokens"] = size.tokens
         if "startup" not in skip:

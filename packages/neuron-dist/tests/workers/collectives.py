@@ -1127,7 +1127,6 @@ def blocking_collectives_run_on_the_calling_thread() -> dict:
         big = 3 * (1 << 18)  # 3 MiB of float32: beyond the inline limits, gloo's own collective
         for numel in (6, big):
             t = _value(RANK, torch.float32, numel).to(DEVICE)
-            t.requires_grad_(False)
             with torch.enable_grad():
                 dist.all_reduce(t, group=group)
                 assert torch.is_grad_enabled(), "a blocking all_reduce left grad mode off"
