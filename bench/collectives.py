@@ -31,6 +31,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--min-kib", type=int, default=1)
     parser.add_argument("--max-mib", type=int, default=64)
     parser.add_argument("--iters", type=int, default=0, help="calls per block (default: by size)")
+    parser.add_argument("--min-iters", type=int, default=3, help="at least this many calls per block")
     parser.add_argument("--blocks", type=int, default=4, help="blocks per backend (interleaved)")
     return parser.parse_args()
 
@@ -76,7 +77,7 @@ def main() -> None:
     rows = []
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         for nbytes in _sizes(args.min_kib, args.max_mib):
-            iters = args.iters or max(3, min(200, (8 << 20) // nbytes))
+            iters = args.iters or max(args.min_iters, min(200, (8 << 20) // nbytes))
             calls = {
                 "neuron": _calls(op, nbytes, device, neuron_group, world),
                 "gloo": _calls(op, nbytes, torch.device("cpu"), gloo, world),
