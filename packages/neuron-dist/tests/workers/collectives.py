@@ -1110,8 +1110,8 @@ def async_collectives_return_before_other_ranks_issue_them() -> None:
 def blocking_collectives_run_on_the_calling_thread() -> dict:
     """Calls made with ``async_op=False`` (their caller waits at once) run their steps to the end
     in the call, without a deferred collective or the progress thread, and keep the caller's grad
-    mode; an ``async_op=True`` call, and a blocking one queued behind it, still take the deferred
-    path, in issue order."""
+    mode; an ``async_op=True`` call still takes the deferred path, and a blocking call issued
+    before it is waited runs after it (queued behind it while its steps have not run)."""
     from neuron_dist import _deferred
 
     group = dist.new_group()
