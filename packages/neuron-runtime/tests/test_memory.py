@@ -68,6 +68,25 @@ def test_cached_block_is_reused():
     assert y.data_ptr() == ptr
 
 
+@pytest.mark.parametrize("nbytes", [64 * 1024, 3 * MiB], ids=["small pool", "large pool"])
+def test_the_block_freed_last_is_reused_first(nbytes):
+    """Among cached blocks of one size the allocator hands out the one freed last, as malloc
+    does: its bytes are still in the host's caches. It handed out the one freed first, so a
+    loop that frees and allocates one buffer cycled through every cached block of that size
+    (with 64 blocks of 256 KiB cached, an add took 23-35 us on neuron against ~15 on the CPU)."""
+    torch.neuron.empty_cache()
+    blocks = [torch.empty(nbytes, dtype=torch.uint8, device="neuron") for _ in range(4)]
+    addresses = [block.data_ptr() for block in blocks]
+    while blocks:  # freed in list order: the last block is freed last
+        blocks.pop(0)
+    for _ in range(3):
+        again = torch.empty(nbytes, dtype=torch.uint8, device="neuron")
+        assert again.data_ptr() == addresses[-1]
+        del again
+    both = [torch.empty(nbytes, dtype=torch.uint8, device="neuron") for _ in range(2)]
+    assert [t.data_ptr() for t in both] == [addresses[-1], addresses[-2]]
+
+
 def test_memory_is_per_core():
     before = torch.neuron.memory_allocated(1)
     x = torch.empty(2 * MiB, dtype=torch.uint8, device="neuron:1")
