@@ -30,6 +30,7 @@ CASES = [
     "inline_and_gloo_paths_agree_with_gloo",
     "speculated_collectives_agree_with_gloo_and_mismatches_still_raise",
     "speculated_async_collectives_agree_with_gloo",
+    "a_repeating_mix_of_sizes_travels_inside_the_exchange",
     "collectives_under_inference_mode_then_outside",
     "wrong_device_names_backend_and_device",
     "non_contiguous_tensors_raise_instead_of_corrupting",

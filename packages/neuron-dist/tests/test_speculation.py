@@ -122,3 +122,18 @@ def test_speculation_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> No
         _config._load()
     monkeypatch.setenv("NEURON_DIST_SPECULATE", "0")
     assert _config._load().speculate is False
+
+
+def test_the_payload_size_is_predicted_with_the_successor() -> None:
+    """The exchange frame is sized for the predicted collective: after a barrier (no payload),
+    the first of a run of 64 KiB all-gathers; the frame for the barrier after them is small."""
+    predictor = Predictor()
+    step = [("barrier", 0)] + [("gather", 1 << 16)] * 3
+    predicted = []
+    for _ in range(4):
+        for name, wanted in step:
+            predicted.append(predictor.next_collective()[1])
+            predictor.record(_header(name), NO_LAUNCH, wanted)
+    assert predicted[-4:] == [0, 1 << 16, 1 << 16, 1 << 16]
+    assert predicted[-8:-4] == [0, 1 << 16, 1 << 16, 1 << 16]
+    assert all(p is None for p in predicted[:2])  # nothing known before anything was exchanged

@@ -14,11 +14,15 @@ reduce the ranks' rows in rank order). Otherwise the frame carried the signature
 caller runs gloo's collective as before. A mismatch raises :class:`CollectiveMismatchError` on
 every rank either way, before any rank looks at the payload.
 
-The slot follows the last exchanged collective's payload (rounded up, at least
-:data:`_MIN_SLOT`, at most what ``inline_limit`` allows), so a run of same-size collectives --
-a benchmark loop, FSDP's per-layer all-gathers, gradient buckets -- costs one all-gather each.
-A collective larger than the previous one costs a frame with no room for it plus gloo's
-collective (two round trips, as without inlining); a smaller one sends some padding.
+The slot is sized for the collective the group predicts from the exchanged headers (with
+speculation on, :class:`neuron_dist._speculation.Predictor` learns each collective's payload
+size with its successor), else for the last exchanged collective's payload (rounded up, at
+least :data:`_MIN_SLOT`, at most what ``inline_limit`` allows). So a run of same-size
+collectives -- a benchmark loop, FSDP's per-layer all-gathers, gradient buckets -- costs one
+all-gather each, and so does a repeating mix of sizes (a barrier, then a run of all-gathers).
+A collective larger than its slot costs a frame with no room for it plus gloo's collective
+(two round trips, as without inlining; counted in ``frame_without_room``); a smaller one
+sends some padding.
 
 Collectives too large to inline pass their gloo operation (a :class:`Launch`) along; the header
 carries its key, and when the group predicted it from the headers before
@@ -177,6 +181,7 @@ class FrameExchange:
         self._stand_ins = StandIns(gloo, size)
         self._speculated: dist.Work | None = None  # the last exchange's launch, if it was predicted
         self.speculation = {"hits": 0, "misses": 0}  # predicted launches used / discarded
+        self.frame_without_room = 0  # payloads that could have travelled inline but the frame was too small
 
     def _next_slot(self, wanted: int) -> int:
         slot = max(_MIN_SLOT, _round_up(wanted, _ALIGN))
@@ -226,15 +231,19 @@ class FrameExchange:
         right after the exchange. Only one exchange may be in flight: :meth:`complete` it before
         posting the next.
         """
-        predicted = self._predictor.predict() if self._speculate else None
+        predicted, predicted_payload = self._predictor.next_collective() if self._speculate else (None, None)
         matched = predicted is not None and launch is not None and launch.key == predicted
-        frames = self._frames(self._slot)
+        # the slot the predicted collective needs; else the last collective's (both the same on every rank)
+        slot = self._slot if predicted_payload is None else self._next_slot(predicted_payload)
+        frames = self._frames(slot)
         self.last = frames
         header = frames.header
         width = self._width
         header[:width] = self._fields(signature)
         header[0] = seq
-        inline = payload is not None and wanted <= self._slot and not matched
+        inline = payload is not None and wanted <= slot and not matched
+        if payload is not None and not inline and not matched and self._next_slot(wanted) >= wanted:
+            self.frame_without_room += 1  # a frame sized for it would have carried it
         header[width] = wanted if inline else _NO_INLINE
         header[width + 1] = wanted
         at = self._launch_at
@@ -278,7 +287,7 @@ class FrameExchange:
             # every rank sent this header: all learn the same, and agree on the speculation
             header = frames.header
             launch = NO_LAUNCH if posted.inline else tuple(header[self._launch_at : self._launch_at + LAUNCH_WORDS])
-            self._predictor.record(tuple(header[1 : self._launch_at]), launch)
+            self._predictor.record(tuple(header[1 : self._launch_at]), launch, posted.wanted)
             if posted.matched:
                 self._speculated = posted.speculative
                 self.speculation["hits"] += 1

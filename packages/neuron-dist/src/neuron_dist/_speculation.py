@@ -176,7 +176,7 @@ _Run = tuple[tuple[int, ...], int]  # a header and how many times in a row it wa
 
 
 class Predictor:
-    """Which launch follows each exchanged header, learnt identically on every rank.
+    """Which launch (and payload size) follows each exchanged header, learnt identically on every rank.
 
     Headers (without their sequence number) that every rank sent are the only input, so all
     ranks predict the same launch. The history is kept as runs (a header, how many times in a
@@ -204,32 +204,42 @@ class Predictor:
 
     def predict(self) -> LaunchKey | None:
         """The launch to post with the next exchange, if one is predicted."""
+        return self.next_collective()[0]
+
+    def next_collective(self) -> tuple[LaunchKey | None, int | None]:
+        """The next collective's launch (None if none is predicted, or it has none) and the
+        payload it will want to carry in the exchange frame, in bytes (None if not predicted)."""
         for context in self._contexts():
             entry = self._learnt.get(context)
             if entry is not None and entry[1] > 0:
-                words = entry[0]
+                successor = entry[0]
                 break
         else:
             generic = self._generic.get(self._previous())
-            words = generic[0] if generic is not None and generic[1] else NO_LAUNCH
-        return None if words == NO_LAUNCH else LaunchKey.from_words(words)
+            if generic is None or not generic[1]:
+                return None, None
+            successor = generic[0]
+        words = successor[:LAUNCH_WORDS]
+        return None if words == NO_LAUNCH else LaunchKey.from_words(words), successor[LAUNCH_WORDS]
 
-    def record(self, header: tuple[int, ...], launch_words: tuple[int, ...]) -> None:
-        """Every rank exchanged ``header`` (sequence number left out), whose launch was ``launch_words``."""
+    def record(self, header: tuple[int, ...], launch_words: tuple[int, ...], wanted: int = 0) -> None:
+        """Every rank exchanged ``header`` (sequence number left out), whose launch was
+        ``launch_words`` and whose payload was ``wanted`` bytes."""
+        successor = (*launch_words, wanted)
         if len(self._learnt) >= _MAX_PREDICTIONS:
             self._learnt.clear()
             self._generic.clear()
         for context in self._contexts():
             entry = self._learnt.get(context)
-            if entry is None or (entry[0] != launch_words and entry[1] == 0):
-                self._learnt[context] = (launch_words, 1)
-            elif entry[0] == launch_words:
-                self._learnt[context] = (launch_words, 2)
+            if entry is None or (entry[0] != successor and entry[1] == 0):
+                self._learnt[context] = (successor, 1)
+            elif entry[0] == successor:
+                self._learnt[context] = (successor, 2)
             else:
                 self._learnt[context] = (entry[0], entry[1] - 1)
         previous = self._previous()
         generic = self._generic.get(previous)
-        self._generic[previous] = (launch_words, generic is not None and generic[0] == launch_words)
+        self._generic[previous] = (successor, generic is not None and generic[0] == successor)
         if header == previous:
             self._runs = (*self._runs[:-1], (header, min(self._runs[-1][1] + 1, _MAX_RUN)))
         else:

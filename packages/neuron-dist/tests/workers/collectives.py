@@ -520,6 +520,36 @@ def speculated_collectives_agree_with_gloo_and_mismatches_still_raise() -> dict:
 
 
 @cases.case
+def a_repeating_mix_of_sizes_travels_inside_the_exchange() -> list[int]:
+    """A barrier, then a run of all-gathers of 64 KiB shards, round after round (what
+    bench/collectives.py does per block): the frame is sized for the collective the group
+    predicts, so after the pattern is learnt the first all-gather after each barrier travels
+    inside the exchange instead of finding a frame sized for the barrier (two round trips).
+    Results equal a gloo group's, with fresh data every round."""
+    group = dist.new_group()  # fresh prediction state
+    gloo = dist.new_group(backend="gloo")
+    frames = group._get_backend(DEVICE).impl._frames
+    gen = torch.Generator().manual_seed(400 + RANK)
+    n, rounds = 1 << 14, 8  # 64 KiB of float32 per rank
+    without_room = []
+    for rnd in range(rounds):
+        dist.barrier(group=group)
+        for i in range(3):
+            shard = torch.randn(n, generator=gen)
+            out, ref = torch.empty(WORLD * n, device=DEVICE), torch.empty(WORLD * n)
+            dist.all_gather_into_tensor(out, shard.to(DEVICE), group=group)
+            dist.all_gather_into_tensor(ref, shard, group=gloo)
+            if not torch.equal(out.cpu(), ref):
+                raise AssertionError(f"round {rnd}, all-gather {i}: differs from gloo's")
+        without_room.append(frames.frame_without_room)
+    # the first rounds may find no room while the pattern is learnt; none after that
+    assert without_room[-1] == without_room[2], f"frames without room, cumulative per round: {without_room}"
+    destroy_when_every_rank_is_done(gloo)
+    destroy_when_every_rank_is_done(group)
+    return without_room
+
+
+@cases.case
 def speculated_async_collectives_agree_with_gloo() -> dict:
     """DDP's pattern: several large async all_reduces issued back to back (queued behind each
     other's exchanges, posted from the progress thread or a waiting caller), waited in reverse
