@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 import torch
@@ -190,6 +191,26 @@ def test_transformer_encoder_fast_path_matches_the_cpu_nested_path(batch_first, 
     cpu.train(), neuron.train()
     torch.testing.assert_close(neuron(x.to("neuron"), src_key_padding_mask=mask.to("neuron")).detach().cpu(),
                                cpu(x, src_key_padding_mask=mask).detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+def test_transformers_still_script_with_the_encoder_fast_path_patched(device):
+    # The encoder's replacement forward (above) made torch.jit.script of any nn.TransformerEncoder
+    # or nn.Transformer fail, on every device ("try blocks aren't supported"); TorchScript now
+    # compiles torch's own forward, and the scripted module saves and matches eager.
+    torch.manual_seed(0)
+    model = torch.nn.Transformer(8, 2, 1, 1, 16, 0.0, batch_first=True).eval().to(device)
+    scripted = torch.jit.script(model)
+    assert "_nested_tensor_from_mask" in scripted.encoder.code  # torch's source, not the patch
+    src, tgt = torch.randn(2, 5, 8, device=device), torch.randn(2, 3, 8, device=device)
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(src, tgt), model(src, tgt))
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    buffer.seek(0)
+    loaded = torch.jit.load(buffer, map_location=device)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(src, tgt), model(src, tgt))
 
 
 def test_indexing_a_cpu_tensor_with_neuron_indices_is_refused_as_in_aten():

@@ -7,11 +7,15 @@ supported on neuron. Here the encoder runs on the dense input instead, with the 
 passed to every layer; padded positions are then zeroed before the final norm, which is what
 the nested path returns: the outputs equal the CPU's (padded positions included) within
 floating-point rounding.
+
+Both replacements stay invisible to TorchScript, which compiles the originals: scripting an
+encoder (on any device) keeps working, and a scripted encoder is torch's own code.
 """
 
 from __future__ import annotations
 
 import threading
+import types
 from typing import Any, Callable
 
 import torch
@@ -72,4 +76,23 @@ def install() -> None:
     _original_forward = nn.TransformerEncoder.forward
     _original_from_mask = torch._nested_tensor_from_mask
     torch._nested_tensor_from_mask = _nested_tensor_from_mask
-    nn.TransformerEncoder.forward = _forward  # type: ignore[method-assign]
+    nn.TransformerEncoder.forward = _scripted_as(_forward, _original_forward)  # type: ignore[method-assign]
+    # Scripted code calling torch._nested_tensor_from_mask calls the ATen operator, as before.
+    torch.jit._builtins._register_builtin(_nested_tensor_from_mask, "aten::_nested_tensor_from_mask")
+
+
+def _scripted_as(replacement: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """``replacement``, which TorchScript compiles as ``original``.
+
+    TorchScript reads a method's source through ``inspect`` (which follows ``__wrapped__``) and
+    resolves the names in it from the function's globals. The returned function runs
+    ``replacement``'s code and keeps its names reachable through ``original``'s globals, where
+    the original source finds everything it uses.
+    """
+    names = dict(replacement.__globals__)
+    names.update(original.__globals__)
+    clone = types.FunctionType(replacement.__code__, names, replacement.__name__,
+                               replacement.__defaults__, replacement.__closure__)
+    clone.__wrapped__ = original  # type: ignore[attr-defined]
+    clone.__doc__ = original.__doc__
+    return clone
