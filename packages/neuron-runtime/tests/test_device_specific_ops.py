@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import io
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -163,6 +165,25 @@ def test_strided_nested_tensors_are_refused_with_what_to_use():
     nested = torch.nested.nested_tensor([torch.rand(2, 4), torch.rand(3, 4)], device="neuron")
     with pytest.raises(NotImplementedError, match="nested tensors are not supported.*torch.jagged"):
         torch.relu(nested)
+    nested = torch.nested.nested_tensor([torch.rand(2, 4), torch.rand(3, 4)])
+    with pytest.raises(NotImplementedError, match="nested tensors are not supported.*torch.jagged"):
+        nested.to("neuron")
+
+
+def test_packing_neuron_tensors_that_require_grad_is_refused_not_aborted():
+    # Built from inputs requiring grad, a strided nested neuron tensor aborted the process:
+    # autograd reads its nested sizes in a noexcept function, and that read is refused.
+    code = (
+        "import torch\n"
+        "parts = [torch.randn(n, 3, device='neuron', requires_grad=True) for n in (2, 4)]\n"
+        "try:\n"
+        "    torch.nested.as_nested_tensor(parts)\n"
+        "except NotImplementedError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "refused: neuron: aten::_nested_tensor_from_tensor_list: nested tensors are not supported" in result.stdout
 
 
 @pytest.mark.parametrize("batch_first", [True, False])
@@ -211,6 +232,33 @@ def test_transformers_still_script_with_the_encoder_fast_path_patched(device):
     loaded = torch.jit.load(buffer, map_location=device)
     with torch.no_grad():
         torch.testing.assert_close(loaded(src, tgt), model(src, tgt))
+
+
+def _jagged(lengths, heads, dim, device, seed):
+    generator = torch.Generator().manual_seed(seed)
+    parts = [torch.randn(n, heads, dim, generator=generator) for n in lengths]
+    return torch.nested.nested_tensor([p.to(device) for p in parts], layout=torch.jagged,
+                                      requires_grad=True)
+
+
+@pytest.mark.parametrize("kv_lengths", [None, (4, 9, 2)], ids=["self", "cross"])
+def test_attention_on_jagged_nested_tensors_matches_the_cpu(kv_lengths):
+    # In the (B, H, j, D) layout torch's NJT attention repacks its inputs as strided nested
+    # tensors off CUDA; on neuron that failed with "operator aten::stride does not exist".
+    q_lengths = (5, 3, 7)
+    kv_lengths = kv_lengths or q_lengths
+    results = {}
+    for device in ("cpu", "neuron"):
+        q = _jagged(q_lengths, 4, 8, device, 0)
+        k, v = _jagged(kv_lengths, 4, 8, device, 1), _jagged(kv_lengths, 4, 8, device, 2)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        assert out.is_nested and out.shape[1] == 4 and out.device.type == device
+        out = out.transpose(1, 2)
+        (out.values() * torch.arange(out.values().numel(), device=device).view_as(out.values())).sum().backward()
+        results[device] = [out.values()] + [t.grad.values() for t in (q, k, v)]
+        assert out.offsets().tolist() == q.offsets().tolist()
+    for got, expected in zip(results["neuron"], results["cpu"]):
+        torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-4)
 
 
 def test_indexing_a_cpu_tensor_with_neuron_indices_is_refused_as_in_aten():

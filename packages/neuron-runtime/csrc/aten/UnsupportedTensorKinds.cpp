@@ -46,4 +46,14 @@ TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuseNested>());
 }
 
+// The ops that build a strided nested tensor from dense neuron tensors are refused when called:
+// one built anyway from inputs that require grad aborted the process, since autograd records
+// the new tensor's nested sizes in a noexcept function and that lookup is refused above.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"_nested_tensor_from_tensor_list", "_nested_from_padded", "_nested_tensor_from_mask",
+                           "_nested_view_from_buffer", "_nested_view_from_buffer_copy"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuseNested>());
+  }
+}
+
 }  // namespace neuron
