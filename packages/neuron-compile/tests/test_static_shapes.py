@@ -31,6 +31,25 @@ def test_each_distinct_shape_is_one_counted_graph(fresh_compiler, dynamic):
     assert metrics.counters()["compilations"] == 3
 
 
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+def test_other_backends_keep_automatic_dynamic_shapes(fresh_compiler, device):
+    # The static policy was applied to every Dynamo compilation in the process once the neuron
+    # backend had loaded: another backend recompiled for every new length (found by PyTorch's
+    # test_nestedtensor.py). It now applies only to graphs the neuron compiler gets.
+    from torch._dynamo.testing import CompileCounter
+
+    torch.compile(_f, backend="neuron")(torch.randn(2, 3, device=device))  # loads the policy
+    counter = CompileCounter()
+    other = torch.compile(lambda x: x * 2, backend=counter)
+    for n in (18, 19, 20):
+        other(torch.randn(n, 4, device=device))
+    assert counter.frame_count == 2  # the second length made the size dynamic; the third reused it
+    neuron = torch.compile(lambda x: x * 3, backend="neuron")
+    for n in (18, 19, 20):
+        neuron(torch.randn(n, 4, device=device))
+    assert [r.signature for r in metrics.graphs()][-3:] == ["x=18x4", "x=19x4", "x=20x4"]
+
+
 def test_dynamic_true_is_coerced_to_static_graphs_with_one_warning(fresh_compiler):
     compiled = torch.compile(_f, backend="neuron", dynamic=True)
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():

@@ -1,7 +1,9 @@
 """What Dynamo may turn symbolic for the neuron backend: Python ints and floats, never tensor sizes.
 
 Trainium graphs have static shapes, so a new tensor shape is a new graph: loading the backend
-keeps Dynamo's automatic dynamic shapes from making tensor sizes symbolic. Python ints and
+keeps Dynamo's automatic dynamic shapes from making tensor sizes symbolic in the compilations
+the neuron compiler does (``backend="neuron"``, and the default backend on neuron tensors,
+which it routes there); other backends keep torch's default. Python ints and
 floats keep torch.compile's default instead. An int that changes between calls (a step
 counter, the length a sliding-window KV cache keeps in a Python int) becomes a ``SymInt``
 graph input after its first change, rather than a new Dynamo trace for every value. The
@@ -36,13 +38,33 @@ class IntsSpecialised(Exception):
     """The lowering guarded on a run-time int's value: the graph needs one executable per value."""
 
 
+def _compiled_for_neuron(tensor: Any, tx: Any) -> bool:
+    """Whether the neuron compiler gets the graph Dynamo is tracing, holding ``tensor``."""
+    from neuron_compile.backend import neuron_backend
+
+    backend = getattr(getattr(tx, "output", None), "compiler_fn", None)
+    default = getattr(torch, "_TorchCompileInductorWrapper", None)
+    for _ in range(6):  # Dynamo's debug wrapper, DDP's graph splitter, torch.compile's wrapper
+        if backend is neuron_backend:
+            return True
+        if default is not None and isinstance(backend, default):
+            break
+        backend = (getattr(backend, "_torchdynamo_orig_backend", None) or getattr(backend, "compiler_fn", None)
+                   or getattr(getattr(backend, "__self__", None), "backend_compile_fn", None))
+    on_neuron = getattr(getattr(tensor, "device", None), "type", None) == "neuron"
+    return on_neuron and default is not None and isinstance(backend, default)
+
+
 def _static(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` run with Dynamo's automatic dynamic shapes off."""
+    """Dynamo's ``_automatic_dynamic(tensor, tx, ...)``, with automatic dynamic shapes off for the
+    graphs the neuron compiler gets."""
 
     @functools.wraps(function)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(tensor: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _compiled_for_neuron(tensor, tx):
+            return function(tensor, tx, *args, **kwargs)
         with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
-            return function(*args, **kwargs)
+            return function(tensor, tx, *args, **kwargs)
 
     return run
 
