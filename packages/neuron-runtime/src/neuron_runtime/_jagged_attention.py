@@ -38,8 +38,8 @@ def _per_sequence_attention(query: Any, key: Any, value: Any, dropout_p: float, 
     values = [t.transpose(1, 2).values() for t in (query, key, value)]
     bounds = [_sequence_bounds(t) for t in (query, key, value)]
     outputs = []
-    for (qs, qe), (ks, ke), (vs, ve) in zip(*bounds):
-        q, k, v = (vals[s:e].transpose(0, 1) for vals, (s, e) in zip(values, ((qs, qe), (ks, ke), (vs, ve))))
+    for spans in zip(*bounds):  # one sequence: its (start, end) in the query's, key's and value's values
+        q, k, v = (vals[start:end].transpose(0, 1) for vals, (start, end) in zip(values, spans))
         attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, enable_gqa=enable_gqa)
         outputs.append(attended.transpose(0, 1))
     return nested_view_from_values_offsets_lengths(
