@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch._dynamo
 import torch.fx
+from torch.utils._python_dispatch import _disable_current_modes
 
 from neuron_compile import _diagnostics, _dynamism, _output_code, metrics
 from neuron_compile._autoload import arm_torch_patches
@@ -312,6 +313,22 @@ def _returning_host_outputs(executable: Callable[..., Any], positions: list[int]
     return run
 
 
+def _unread_symint_positions(gm: torch.fx.GraphModule) -> tuple[int, ...]:
+    return tuple(position for position, node in enumerate(gm.graph.find_nodes(op="placeholder"))
+                 if not node.users and isinstance(node.meta.get("val", node.meta.get("example_value")), torch.SymInt))
+
+
+def _is_nested_int(value: Any) -> bool:
+    return isinstance(value, torch.SymInt) and value.node.is_nested_int()
+
+
+def _with_zeros(values: Sequence[Any], positions: Sequence[int]) -> list[Any]:
+    replaced = list(values)
+    for position in positions:
+        replaced[position] = 0
+    return replaced
+
+
 class _NeuronGraph:
     """One Dynamo graph and its executables, one per concrete input signature."""
 
@@ -332,6 +349,9 @@ class _NeuronGraph:
         # any value in them (cleared if the lowering had to specialise them after all)
         self.runtime_ints = runtime_int_positions(self.gm)
         self.runtime_floats = runtime_float_positions(self.gm)  # passed as 0-d host tensors
+        # SymInt inputs the graph never reads. AOTAutograd passes a jagged nested tensor's ragged
+        # size this way: a "nested int", which has no value to compile with or pass to a program.
+        self.unread_symints = _unread_symint_positions(self.gm)
         self._text: str | None = None
         self._by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
@@ -374,6 +394,13 @@ class _NeuronGraph:
 
     def executable_for(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         """The executable for ``inputs``' signature, called with the graph's inputs only."""
+        nested = [position for position in self.unread_symints if _is_nested_int(inputs[position])]
+        if nested:  # compiled, and called, with 0 in their place
+            executable = self._executable_with_attributes(_with_zeros(inputs, nested))
+            return lambda *args: executable(*_with_zeros(args, nested))
+        return self._executable_with_attributes(inputs)
+
+    def _executable_with_attributes(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         if not self.attributes:
             executable = self._executable_for(inputs)
         else:
@@ -481,7 +508,11 @@ class _NeuronGraph:
 
         start = time.perf_counter()
         try:
-            lowered = lower_graph(self.gm, inputs, self.runtime_ints)
+            # A graph with symbolic sizes compiles at its first call with each new shape, perhaps
+            # under dispatch modes active at that call (AOTAutograd's first-call alias analysis,
+            # around a jagged tensor's graph): the compiler's own tracing must not run under them.
+            with _disable_current_modes():
+                lowered = lower_graph(self.gm, inputs, self.runtime_ints)
         except IntsSpecialised:
             raise
         except Exception as error:

@@ -51,14 +51,24 @@ def _per_sequence_attention(query: Any, key: Any, value: Any, dropout_p: float, 
 def _jagged_sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
     assert _original is not None
-    if query.device.type != "neuron" or torch.compiler.is_compiling():
+    dense_shortcut = all(t.dim() > 3 for t in (query, key, value)) and query._ragged_idx == 1
+    if query.device.type != "neuron" or dense_shortcut:  # what torch's own attention handles
         return _original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return _jagged_sdpa_on_neuron(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+# Run eagerly even inside a compiled function: Dynamo cannot trace torch's NJT math path either
+# (it graph-breaks there on the CPU too), and the choice of path must be made when the
+# attention runs, not baked into a trace that then runs torch's path eagerly on neuron.
+@torch._disable_dynamo
+def _jagged_sdpa_on_neuron(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: float,
+                           is_causal: bool, scale: float | None, enable_gqa: bool) -> Any:
+    assert _original is not None
     from torch.nested._internal import sdpa
 
     cast = sdpa._autocast(query, key, value, attn_mask)
     sdpa._validate_sdpa_input(*cast, dropout_p, is_causal, scale)
-    dense_shortcut = all(t.dim() > 3 for t in cast[:3]) and cast[0]._ragged_idx == 1
-    if dense_shortcut or sdpa._select_sdp_backend(*cast, dropout_p, is_causal, enable_gqa) != \
+    if torch.compiler.is_compiling() or sdpa._select_sdp_backend(*cast, dropout_p, is_causal, enable_gqa) != \
             torch.nn.attention.SDPBackend.MATH:
         return _original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     # torch's validation has refused masks on this path ("Masks are not yet supported!").
