@@ -36,9 +36,12 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from neuron_runtime import _flex_attention, _jagged_attention, _multiprocessing, _printing, _transformer_encoder
+    from neuron_runtime import (
+        _dlpack, _flex_attention, _jagged_attention, _multiprocessing, _printing, _transformer_encoder,
+    )
 
     _printing.install()
+    _dlpack.install()
     _multiprocessing.install()
     _transformer_encoder.install()
     _flex_attention.install()
