@@ -134,3 +134,40 @@ def test_neuron_generator_for_cpu_tensors_errors(op):
     # With the tensors on the device the same generator is accepted.
     assert torch.randn(4, generator=g, device="neuron").device.type == "neuron"
     assert torch.empty(4, device="neuron").uniform_(generator=g).device.type == "neuron"
+
+
+class _DropoutBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64)
+        self.dropout = torch.nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(torch.relu(self.linear(x)))
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_checkpointing_recomputes_the_same_dropout_mask_as_the_cpu(use_reentrant):
+    # torch.utils.checkpoint saves and restores a device's RNG state only if
+    # ``torch.neuron._initialized`` is true; it was missing, so the recomputed forward drew a
+    # different dropout mask and gradients were silently wrong.
+    from torch.utils.checkpoint import checkpoint
+
+    grads = {}
+    for device in ("cpu", "neuron"):
+        torch.manual_seed(0)
+        block = _DropoutBlock().to(device)
+        x = torch.randn(32, 64).to(device).requires_grad_()
+        torch.manual_seed(1)
+        out = checkpoint(block, x, use_reentrant=use_reentrant)
+        (out * out).sum().backward()
+        grads[device] = [t.detach().cpu() for t in (out, x.grad, block.linear.weight.grad)]
+    for got, expected in zip(grads["neuron"], grads["cpu"]):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_device_module_reports_initialisation_as_torch_cuda_does():
+    torch.empty(1, device="neuron")
+    assert torch.neuron._initialized is True
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        torch.neuron.no_such_name  # noqa: B018

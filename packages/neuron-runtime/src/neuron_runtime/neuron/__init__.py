@@ -115,6 +115,15 @@ def is_initialized() -> bool:
     return _C._is_initialized()
 
 
+def __getattr__(name: str) -> Any:
+    # ``torch.utils.checkpoint`` saves and restores a device's RNG state (dropout masks
+    # recomputed alike) only if ``device_module._initialized`` is true, the flag torch.cuda
+    # keeps. Read on each access: the device initialises lazily.
+    if name == "_initialized":
+        return _C._is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _is_in_bad_fork() -> bool:
     return _C._is_in_bad_fork()
 
