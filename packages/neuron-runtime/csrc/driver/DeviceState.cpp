@@ -59,11 +59,12 @@ void lazyInitDevice() {
   if (g_in_bad_fork.load()) {
     TORCH_CHECK(
         false,
-        "Cannot re-initialize the neuron runtime in a forked subprocess: the parent process "
-        "had already initialized it. To use neuron with multiprocessing, use the 'spawn' "
-        "start method (multiprocessing.set_start_method('spawn') or "
-        "DataLoader(multiprocessing_context='spawn')), or do not touch the device in the "
-        "child.");
+        // Worded as torch.cuda's error, which PyTorch's own tests match.
+        "Cannot re-initialize neuron in forked subprocess. To use neuron with "
+        "multiprocessing, you must use the 'spawn' start method "
+        "(multiprocessing.set_start_method('spawn') or "
+        "DataLoader(multiprocessing_context='spawn')), or not touch the device in the "
+        "child: the parent process had already initialized the neuron runtime.");
   }
   if (g_initialized.load(std::memory_order_acquire)) {
     return;
