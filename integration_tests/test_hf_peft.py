@@ -82,3 +82,27 @@ def test_adapter_save_and_load_on_neuron(tmp_path):
     merged = loaded.merge_and_unload()
     with torch.no_grad():
         torch.testing.assert_close(merged(input_ids=x).logits.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+def _adalora_on(device: str):
+    from peft import AdaLoraConfig
+
+    config = AdaLoraConfig(init_r=4, target_r=2, total_step=10, target_modules=["q_proj", "v_proj"],
+                           lora_dropout=0.0, init_lora_weights=False)
+    torch.manual_seed(1)
+    return get_peft_model(tiny_llama(seed=2).to(device), config)  # adapters built on the CPU, moved to the base's device
+
+
+def test_adalora_keeps_its_frozen_parameters_frozen_and_trains_as_on_cpu():
+    # PEFT re-wraps an adapter parameter moved across devices in a new Parameter that requires
+    # grad, so on neuron AdaLoRA's frozen ``ranknum`` (the scaling's denominator) was trained.
+    neuron, cpu = _adalora_on("neuron"), _adalora_on("cpu")
+    trainable = lambda model: sorted(n for n, p in model.named_parameters() if p.requires_grad)  # noqa: E731
+    assert trainable(neuron) == trainable(cpu)
+    assert not any("ranknum" in name for name in trainable(neuron))
+    ranknum = {n: p.detach().cpu().clone() for n, p in neuron.named_parameters() if "ranknum" in n}
+    assert ranknum and all(p.device.type == "neuron" for n, p in neuron.named_parameters() if "ranknum" in n)
+    torch.testing.assert_close(_train(neuron, "neuron"), _train(cpu, "cpu"), rtol=1e-4, atol=1e-5)
+    for name, p in neuron.named_parameters():
+        if name in ranknum:
+            assert torch.equal(p.detach().cpu(), ranknum[name]), name
