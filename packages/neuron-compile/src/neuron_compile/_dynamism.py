@@ -29,7 +29,8 @@ import torch._dynamo
 import torch.fx
 
 __all__ = ["RUNTIME_INT", "IntsSpecialised", "has_symbolic_tensors", "hint", "install", "is_runtime_int_spec",
-           "runtime_float_positions", "runtime_int_positions", "runtime_int_spec", "symint_positions"]
+           "runtime_float_positions", "runtime_int_positions", "runtime_int_spec", "symint_positions",
+           "unread_symint_positions"]
 
 _installed = False
 
@@ -102,6 +103,12 @@ def symint_positions(gm: torch.fx.GraphModule) -> dict[int, Any]:
         if isinstance(value, torch.SymInt):
             positions[position] = value.node.expr if isinstance(value.node.expr, sympy.Symbol) else None
     return positions
+
+
+def unread_symint_positions(gm: torch.fx.GraphModule) -> tuple[int, ...]:
+    """Positions of the graph's ``SymInt`` inputs that no node reads."""
+    return tuple(position for position, node in enumerate(gm.graph.find_nodes(op="placeholder"))
+                 if not node.users and isinstance(_meta_value(node), torch.SymInt))
 
 
 def _sizing_symbols(gm: torch.fx.GraphModule) -> set[Any]:

@@ -47,6 +47,7 @@ from neuron_compile._dynamism import (
     runtime_int_positions,
     runtime_int_spec,
     symint_positions,
+    unread_symint_positions,
 )
 from neuron_compile._graph_attributes import LIFTED_PREFIX, lift_tensor_attributes
 from neuron_compile._sequence_inputs import flatten_sequence_inputs
@@ -313,11 +314,6 @@ def _returning_host_outputs(executable: Callable[..., Any], positions: list[int]
     return run
 
 
-def _unread_symint_positions(gm: torch.fx.GraphModule) -> tuple[int, ...]:
-    return tuple(position for position, node in enumerate(gm.graph.find_nodes(op="placeholder"))
-                 if not node.users and isinstance(node.meta.get("val", node.meta.get("example_value")), torch.SymInt))
-
-
 def _is_nested_int(value: Any) -> bool:
     return isinstance(value, torch.SymInt) and value.node.is_nested_int()
 
@@ -351,7 +347,7 @@ class _NeuronGraph:
         self.runtime_floats = runtime_float_positions(self.gm)  # passed as 0-d host tensors
         # SymInt inputs the graph never reads. AOTAutograd passes a jagged nested tensor's ragged
         # size this way: a "nested int", which has no value to compile with or pass to a program.
-        self.unread_symints = _unread_symint_positions(self.gm)
+        self.unread_symints = unread_symint_positions(self.gm)
         self._text: str | None = None
         self._by_signature: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
