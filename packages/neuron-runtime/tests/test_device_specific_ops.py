@@ -261,6 +261,15 @@ def test_attention_on_jagged_nested_tensors_matches_the_cpu(kv_lengths):
         torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+def test_attention_with_a_dense_query_and_jagged_keys_gets_torchs_error(device):
+    # The runtime's NJT attention read the query's ragged dimension before torch's validation,
+    # so a dense query raised AttributeError instead of torch's ValueError (on the CPU too).
+    keys = _jagged((3, 5), 2, 8, device, 0).transpose(1, 2)
+    with pytest.raises(ValueError, match="Expected query, key, and value to be nested tensors"):
+        F.scaled_dot_product_attention(torch.randn(2, 2, 4, 8, device=device), keys, keys)
+
+
 def test_indexing_a_cpu_tensor_with_neuron_indices_is_refused_as_in_aten():
     # The neuron index routed the op to the device, which moved the CPU tensor there silently.
     x = torch.randn(3, 4)

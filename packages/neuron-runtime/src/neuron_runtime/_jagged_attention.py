@@ -48,11 +48,15 @@ def _per_sequence_attention(query: Any, key: Any, value: Any, dropout_p: float, 
     ).transpose(1, 2)
 
 
+def _takes_the_dense_shortcut(query: Any, key: Any, value: Any) -> bool:
+    """The ``(B, j, H, D)`` layout, which torch's NJT attention runs on dense tensors."""
+    return all(t.dim() > 3 for t in (query, key, value)) and getattr(query, "_ragged_idx", None) == 1
+
+
 def _jagged_sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0,
                  is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Any:
     assert _original is not None
-    dense_shortcut = all(t.dim() > 3 for t in (query, key, value)) and query._ragged_idx == 1
-    if query.device.type != "neuron" or dense_shortcut:  # what torch's own attention handles
+    if query.device.type != "neuron" or _takes_the_dense_shortcut(query, key, value):  # torch's own paths
         return _original(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     return _jagged_sdpa_on_neuron(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
 
