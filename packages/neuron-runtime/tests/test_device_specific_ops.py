@@ -270,6 +270,49 @@ def test_attention_with_a_dense_query_and_jagged_keys_gets_torchs_error(device):
         F.scaled_dot_product_attention(torch.randn(2, 2, 4, 8, device=device), keys, keys)
 
 
+def test_assigning_cpu_values_into_a_neuron_tensor_is_refused_as_on_cuda():
+    # index_put_ took any CPU values into a neuron tensor, a script that fails on a real
+    # device (ATen's TensorIterator refuses it; FakeTensor and torch.compile did too).
+    x = torch.zeros(3, 4, device="neuron")
+    index = torch.tensor([2, 0])
+    with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu.*'values' of"):
+        x[index] = torch.ones(2, 4)
+    with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu"):
+        torch.index_put(x, (index.to("neuron"),), torch.ones(4), accumulate=True)
+    with pytest.raises(RuntimeError, match=r"same device.*neuron:0 and cpu"):
+        x[x > 0] = torch.ones(1, 1)[0, :1].expand(0)  # empty, not one element
+    assert x.eq(0).all().item()
+    # Allowed, as on CUDA: a 0-dim CPU value, a one-element CPU value filling a mask on the
+    # device (ATen's masked_fill path), and values on the device.
+    x[index] = torch.tensor(2.0)
+    x[x.eq(0)] = torch.tensor([3.0])
+    x[index.to("neuron")] = torch.full((2, 4), 4.0, device="neuron")
+    expected = torch.full((3, 4), 3.0)
+    expected[index] = 4.0
+    assert x.cpu().equal(expected)
+
+
+def test_dot_of_a_zero_tensor_as_on_the_cpu():
+    # dot and vdot leave ZeroTensors to their kernels; the fallback viewed one as bytes it does
+    # not have ("data is not allocated yet"), which broke forward-mode AD through dot, inner,
+    # 1-D matmul and tensordot (undefined tangents are ZeroTensors).
+    import torch.autograd.forward_ad as fwAD
+
+    y = torch.randn(5, device="neuron")
+    zero = torch._efficientzerotensor(5, device="neuron")
+    for result in (torch.dot(zero, y), torch.vdot(y, zero), torch.inner(zero, y)):
+        assert result._is_zerotensor() and result.device.type == "neuron"
+        assert result.cpu().item() == 0.0
+    x = torch.randn(5)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(x.to("neuron"), torch._efficientzerotensor(5, device="neuron"))
+        out = torch.dot(dual, y)
+        assert out.cpu().item() == pytest.approx(torch.dot(x, y.cpu()).item(), rel=1e-6)
+        assert fwAD.unpack_dual(out).tangent.cpu().item() == 0.0
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
+        zero.add_(1)
+
+
 def test_indexing_a_cpu_tensor_with_neuron_indices_is_refused_as_in_aten():
     # The neuron index routed the op to the device, which moved the CPU tensor there silently.
     x = torch.randn(3, 4)

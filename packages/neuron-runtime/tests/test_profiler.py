@@ -44,3 +44,21 @@ def test_kineto_profiler_sees_neuron_ops():
         (x @ x).sum()
     names = {event.key for event in prof.key_averages()}
     assert {"aten::mm", "aten::sum"} <= names
+
+
+def test_memory_profiling_records_device_allocations():
+    # The allocator never reported to the profiler: with profile_memory=True, neuron memory was
+    # invisible (no allocations per op, an empty memory timeline), where CUDA's is recorded.
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], profile_memory=True) as prof:
+        x = torch.empty(1024, 1024, device="neuron")  # 4 MiB
+        y = x.add(1)
+        del x, y
+    by_op = {event.key: event for event in prof.key_averages()}
+    assert by_op["aten::empty"].self_device_memory_usage == 4 << 20
+    assert by_op["aten::empty"].self_cpu_memory_usage == 0
+    assert by_op["aten::add"].device_memory_usage == 4 << 20
+    frees = [e for e in prof.events() if e.name == "[memory]" and e.device_memory_usage == -(4 << 20)]
+    assert len(frees) == 2

@@ -90,3 +90,31 @@ def test_cpu_tensors_still_travel_through_shared_memory():
     queue.put(x)
     received = queue.get()
     assert received.equal(x) and received.is_shared()
+
+
+def test_neuron_tensor_as_an_argument_of_a_spawned_process(tmp_path):
+    # The by-value host copy was freed once pickled, before the child started: the child got a
+    # stale shared-memory descriptor and died unpickling ("unable to resize file").
+    script = tmp_path / "spawn_argument.py"
+    script.write_text(textwrap.dedent(
+        """
+        import torch
+        import torch.multiprocessing as mp
+
+        def worker(x, outbox):
+            outbox.put((str(x.device), x.cpu().tolist()))
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            outbox = ctx.Queue()
+            x = torch.arange(8.0, device="neuron:1")
+            child = ctx.Process(target=worker, args=(x, outbox))
+            child.start()
+            device, received = outbox.get(timeout=120)
+            child.join(timeout=60)
+            print(child.exitcode, device, received == x.cpu().tolist())
+        """
+    ))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert "0 neuron:1 True" in result.stdout

@@ -11,6 +11,7 @@
 #include "runtime/NeuronGenerator.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_efficientzerotensor.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
@@ -32,6 +33,7 @@ struct OpPlan {
   std::vector<bool> arg_is_dtype;
   bool accepts_cpu_tensors = false;  // indexing ops take CPU index tensors, as on CUDA
   int indices_arg = -1;              // their `indices` argument
+  int values_arg = -1;               // index_put's `values` argument
 };
 
 bool acceptsCpuTensors(const std::string& base_name) {
@@ -50,6 +52,9 @@ std::unique_ptr<OpPlan> makePlan(const c10::FunctionSchema& schema) {
   for (const auto& arg : args) {
     if (plan->accepts_cpu_tensors && arg.name() == "indices") {
       plan->indices_arg = static_cast<int>(plan->arg_is_write.size());
+    }
+    if (plan->accepts_cpu_tensors && arg.name() == "values") {
+      plan->values_arg = static_cast<int>(plan->arg_is_write.size());
     }
     const auto* alias = arg.alias_info();
     plan->arg_is_write.push_back(alias != nullptr && alias->isWrite());
@@ -104,10 +109,18 @@ class ArgumentBridge {
     if (tensor.is_privateuseone()) {
       checkFloat64(plan_.name, tensor.scalar_type());
       noteDevice(tensor.device(), arg);
+      // A ZeroTensor has no bytes to view. The ops whose ZeroTensor handling ATen leaves to
+      // the kernel (dot, vdot: forward-mode AD's undefined tangents) get a CPU ZeroTensor.
+      if (tensor._is_zerotensor() && !plan_.arg_is_write[arg]) {
+        return at::_efficientzerotensor(tensor.sizes(), tensor.options().device(c10::kCPU));
+      }
       return views_.viewOf(tensor);
     }
-    // CPU scalars may join neuron tensors as inputs (as on CUDA), never as outputs.
-    if ((tensor.dim() > 0 || plan_.arg_is_write[arg]) && first_cpu_arg_ < 0) {
+    // CPU scalars may join neuron tensors as inputs (as on CUDA), never as outputs. Indexing
+    // ops check their indices and values themselves (checkIndexingDevices).
+    const bool checked_apart = static_cast<int>(arg) == plan_.indices_arg ||
+                               static_cast<int>(arg) == plan_.values_arg;
+    if (!checked_apart && (tensor.dim() > 0 || plan_.arg_is_write[arg]) && first_cpu_arg_ < 0) {
       first_cpu_arg_ = static_cast<int>(arg);
     }
     return tensor;
@@ -126,7 +139,7 @@ class ArgumentBridge {
 
   // After all arguments: a non-scalar CPU tensor next to neuron tensors is a device mismatch.
   void checkNoStrayCpuTensor() const {
-    if (!device_ || first_cpu_arg_ < 0 || plan_.accepts_cpu_tensors) return;
+    if (!device_ || first_cpu_arg_ < 0) return;
     TORCH_CHECK(false,
                 "Expected all tensors to be on the same device, but found at least two devices, ",
                 deviceName(*device_), " and cpu! (when checking argument '",
@@ -209,19 +222,52 @@ void syncWrittenValue(const c10::IValue& original, const c10::IValue& bridged, H
 
 // ATen's rule for indexing (check_indices_on_cpu_or_selfdevice): each index is on the CPU or on
 // the indexed tensor's device. Checked before bridging, which erases the devices.
-void checkIndicesOnCpuOrSelfDevice(const OpPlan& plan, const torch::jit::Stack& stack,
-                                   size_t first) {
+void checkIndicesOnCpuOrSelfDevice(const at::Tensor& self, const c10::IValue& indices) {
+  for (const c10::IValue& element : indices.toListRef()) {
+    if (!element.isTensor()) continue;
+    const at::Tensor& index = element.toTensor();
+    TORCH_CHECK(!index.defined() || index.is_cpu() || index.device() == self.device(),
+                "indices should be either on cpu or on the same device as the indexed tensor (",
+                deviceName(self.device()), ")");
+  }
+}
+
+// Whether index_put_ takes ATen's masked_fill path (canDispatchToMaskedFill): the only defined
+// index is one bool or uint8 mask on the indexed tensor's device.
+bool indexesByOneMask(const at::Tensor& self, const c10::IValue& indices) {
+  int masks = 0;
+  for (const c10::IValue& element : indices.toListRef()) {
+    if (!element.isTensor() || !element.toTensor().defined()) continue;
+    const at::Tensor& index = element.toTensor();
+    const bool is_mask = index.scalar_type() == at::kBool || index.scalar_type() == at::kByte;
+    if (!is_mask || index.device() != self.device() || ++masks > 1) return false;
+  }
+  return masks == 1;
+}
+
+// ATen's rule for index_put_'s values: a CPU value joins a device tensor only as a 0-dim scalar
+// or as the one element of a masked fill; anything else fails its TensorIterator's device check.
+void checkIndexPutValues(const OpPlan& plan, const at::Tensor& self, const c10::IValue& indices,
+                         const at::Tensor& values) {
+  if (!values.defined() || !self.is_privateuseone() || !values.is_cpu()) return;
+  if (values.dim() == 0) return;
+  if (values.numel() == 1 && indexesByOneMask(self, indices)) return;
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              deviceName(self.device()), " and cpu! (when checking argument 'values' of ",
+              plan.name, "). Move the values with .to(\"", deviceName(self.device()),
+              "\"), or assign a Python scalar.");
+}
+
+void checkIndexingDevices(const OpPlan& plan, const torch::jit::Stack& stack, size_t first) {
   if (plan.indices_arg < 0) return;
   const c10::IValue& self = stack[first];
   const c10::IValue& indices = stack[first + static_cast<size_t>(plan.indices_arg)];
   if (!self.isTensor() || !self.toTensor().defined() || !indices.isList()) return;
-  const c10::Device self_device = self.toTensor().device();
-  for (const c10::IValue& element : indices.toListRef()) {
-    if (!element.isTensor()) continue;
-    const at::Tensor& index = element.toTensor();
-    TORCH_CHECK(!index.defined() || index.is_cpu() || index.device() == self_device,
-                "indices should be either on cpu or on the same device as the indexed tensor (",
-                deviceName(self_device), ")");
+  checkIndicesOnCpuOrSelfDevice(self.toTensor(), indices);
+  if (plan.values_arg >= 0) {
+    const c10::IValue& values = stack[first + static_cast<size_t>(plan.values_arg)];
+    if (values.isTensor()) checkIndexPutValues(plan, self.toTensor(), indices, values.toTensor());
   }
 }
 
@@ -232,7 +278,7 @@ void zeroCopyFallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*
   const size_t num_args = schema.arguments().size();
   const size_t first = stack->size() - num_args;
 
-  checkIndicesOnCpuOrSelfDevice(plan, *stack, first);
+  checkIndexingDevices(plan, *stack, first);
 
   HostViewSet views;
   ArgumentBridge bridge(plan, schema, views);

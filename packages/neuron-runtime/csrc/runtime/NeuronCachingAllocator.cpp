@@ -132,6 +132,17 @@ void updateSegmentStats(DeviceStats& stats, size_t size, bool small, bool increa
   }
 }
 
+// Allocations and frees as torch.profiler's memory events (profile_memory=True), as CUDA's
+// caching allocator reports them: the block's size, negative when freed, and the core's totals.
+void reportToProfiler(const DeviceStats& stats, void* ptr, const Block& block, bool allocated) {
+  if (!c10::memoryProfilingEnabled()) return;
+  const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
+  const auto size = static_cast<int64_t>(block.size);
+  c10::reportMemoryUsageToProfiler(ptr, allocated ? size : -size, stats.allocated_bytes[aggregate].current,
+                         stats.reserved_bytes[aggregate].current,
+                         c10::Device(c10::DeviceType::PrivateUse1, block.device));
+}
+
 // All allocator state, behind one mutex (the emulator executes synchronously, so
 // contention is low and one lock keeps the invariants simple).
 class AllocatorState {
@@ -151,6 +162,7 @@ class AllocatorState {
     Block block{device, block_size, nbytes, small};
     live_[ptr] = block;
     updateStats(pool.stats, block, true);
+    reportToProfiler(pool.stats, ptr, block, /*allocated=*/true);
     return ptr;
   }
 
@@ -167,6 +179,7 @@ class AllocatorState {
     live_.erase(it);
     CorePool& pool = poolFor(block.device);
     updateStats(pool.stats, block, false);
+    reportToProfiler(pool.stats, ptr, block, /*allocated=*/false);
     // Ahead of cached blocks of the same size: the next request of this size reuses the
     // block freed last, whose bytes are still in the host's caches (as malloc reuses them).
     pool.cached.emplace_hint(pool.cached.lower_bound(block.size), block.size, ptr);
@@ -299,6 +312,12 @@ class AllocatorState {
       const size_t allocated = static_cast<size_t>(
           pool.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
       const bool host_failed = pool.reserved + size <= limit;
+      if (c10::memoryProfilingEnabled()) {
+        c10::reportOutOfMemoryToProfiler(
+            static_cast<int64_t>(size), allocated,
+            static_cast<size_t>(pool.stats.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].current),
+            c10::Device(c10::DeviceType::PrivateUse1, device));
+      }
       std::ostringstream fraction_note;
       if (limit < capacity) {
         fraction_note << " This process may use only " << pool.fraction << " of the core ("

@@ -11,7 +11,7 @@ seen by the other.
 
 from __future__ import annotations
 
-from multiprocessing import reduction
+from multiprocessing import context, reduction
 from typing import Any, Callable
 
 import torch
@@ -25,9 +25,20 @@ def _rebuild_neuron_storage(host: torch.UntypedStorage, index: int) -> torch.Unt
     return flat.to(torch.device("neuron", index)).untyped_storage()
 
 
+def _keep_until_spawned(host: torch.UntypedStorage) -> None:
+    # Pickled for a process being spawned (a Process argument), the host copy's shared-memory
+    # file descriptor is only recorded, and handed to the child when it starts: the copy must
+    # outlive pickling, so it lives as long as the parent's handle on that child.
+    popen = context.get_spawning_popen()
+    if popen is not None:
+        popen.__dict__.setdefault("_neuron_host_copies", []).append(host)
+
+
 def _reduce_storage(storage: Any) -> Any:
     if storage.device.type == "neuron":
-        return (_rebuild_neuron_storage, (storage.cpu(), storage.device.index))
+        host = storage.cpu()
+        _keep_until_spawned(host)
+        return (_rebuild_neuron_storage, (host, storage.device.index))
     assert _default_reduce_storage is not None
     return _default_reduce_storage(storage)
 
