@@ -31,6 +31,28 @@ def test_stream_context_sets_current():
     assert x.cpu().eq(2).all()
 
 
+def test_stream_context_on_another_core_restores_the_current_core():
+    # The context restored only the stream: a stream on neuron:1 left neuron:1 current after
+    # the block, so later tensors landed on the wrong core (torch.cuda.stream restores both).
+    torch.neuron.set_device(0)
+    other = torch.neuron.Stream(device=1)
+    side = torch.neuron.Stream(device=1)
+    torch.neuron.set_stream(side)  # neuron:1's current stream, which the block must give back
+    torch.neuron.set_device(0)
+    try:
+        with torch.neuron.stream(other):
+            assert torch.neuron.current_device() == 1
+            assert torch.neuron.current_stream() == other
+            assert torch.ones(1, device="neuron").device == torch.device("neuron", 1)
+        assert torch.neuron.current_device() == 0
+        assert torch.ones(1, device="neuron").device == torch.device("neuron", 0)
+        assert torch.neuron.current_stream(0) == torch.neuron.default_stream(0)
+        assert torch.neuron.current_stream(1) == side
+    finally:
+        torch.neuron.set_stream(torch.neuron.default_stream(1))
+        torch.neuron.set_device(0)
+
+
 def test_event_record_wait_query_and_elapsed_time():
     start = torch.neuron.Event(enable_timing=True)
     end = torch.neuron.Event(enable_timing=True)

@@ -79,21 +79,32 @@ def set_stream(stream: torch.Stream | None) -> None:
 
 
 class StreamContext:
-    """Context manager that makes a stream current (``with torch.neuron.stream(s):``)."""
+    """Context manager that makes a stream current (``with torch.neuron.stream(s):``).
+
+    As ``torch.cuda.StreamContext``: a stream on another core also makes that core current
+    inside the block; on exit both cores get their previous streams back and the core that
+    was current before is current again.
+    """
 
     def __init__(self, stream: torch.Stream | None) -> None:
         self.stream = stream
-        self.previous: torch.Stream | None = None
+        self.source_previous: torch.Stream | None = None
+        self.destination_previous: torch.Stream | None = None
 
     def __enter__(self) -> torch.Stream | None:
-        if self.stream is not None:
-            self.previous = current_stream(self.stream.device_index)
-            set_stream(self.stream)
+        if self.stream is None:
+            return None
+        self.source_previous = current_stream()
+        if self.source_previous.device_index != self.stream.device_index:
+            self.destination_previous = current_stream(self.stream.device_index)
+        set_stream(self.stream)
         return self.stream
 
     def __exit__(self, *exc: object) -> bool:
-        if self.previous is not None:
-            set_stream(self.previous)
+        if self.destination_previous is not None:
+            set_stream(self.destination_previous)
+        if self.source_previous is not None:
+            set_stream(self.source_previous)  # also makes its core current again
         return False
 
 
