@@ -173,6 +173,19 @@ def test_pin_memory_and_non_blocking_copy():
     assert z.equal(x)
 
 
+def test_device_factories_refuse_pin_memory_as_cuda_does():
+    # pin_memory=True was silently ignored for tensors made on neuron; CUDA refuses it.
+    for make in (lambda: torch.empty(2, device="neuron", pin_memory=True),
+                 lambda: torch.zeros(2, device="neuron", pin_memory=True),
+                 lambda: torch.empty_strided((2,), (1,), device="neuron", pin_memory=True),
+                 lambda: torch.empty_like(torch.ones(2, device="neuron"), pin_memory=True)):
+        with pytest.raises(RuntimeError, match="Only dense CPU tensors can be pinned"):
+            make()
+    assert torch.empty(2, device="neuron", pin_memory=False).device.type == "neuron"
+    # As on CUDA: torch.tensor stages the data in pinned host memory, then copies it over.
+    assert torch.tensor([1.0], device="neuron", pin_memory=True).cpu().item() == 1.0
+
+
 def test_per_process_memory_fraction_caps_the_core(python_in_subprocess):
     # 1 GiB core, fraction 0.25: a 200 MiB tensor fits, a second one does not (as on CUDA).
     result = python_in_subprocess(

@@ -45,11 +45,21 @@ at::Tensor fillIfDeterministic(at::Tensor tensor) {
   return tensor;
 }
 
+// Pinning is a property of host memory: a device allocation asking for it is refused, as
+// CUDA's empty_cuda does, rather than silently ignored.
+void checkNotPinned(std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false),
+              "Only dense CPU tensors can be pinned. Drop pin_memory=True for tensors created on "
+              "neuron, or create the tensor on the CPU with pin_memory=True and copy it with "
+              ".to(\"neuron\", non_blocking=True).");
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
                                std::optional<c10::Device> device,
-                               std::optional<bool> /*pin_memory*/,
+                               std::optional<bool> pin_memory,
                                std::optional<c10::MemoryFormat> memory_format) {
+  checkNotPinned(pin_memory);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "neuron supports strided (dense) tensors only, not layout ", *layout);
   const c10::Device where = neuronDevice(device);
@@ -63,7 +73,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
-                         std::optional<c10::Device> device, std::optional<bool> /*pin_memory*/) {
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  checkNotPinned(pin_memory);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "neuron supports strided (dense) tensors only, not layout ", *layout);
   const c10::Device where = neuronDevice(device);
