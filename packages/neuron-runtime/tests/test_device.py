@@ -42,6 +42,32 @@ def test_set_device_and_device_context():
     assert torch.neuron.current_device() == 0
 
 
+def test_device_context_restores_the_core_current_at_entry_as_torch_cuda_does():
+    # Entered on the core already current, the context restored nothing: a set_device inside
+    # the block leaked out of it. torch.cuda.device restores the core current at entry.
+    torch.neuron.set_device(0)
+    try:
+        with torch.neuron.device(0):
+            torch.neuron.set_device(2)
+        assert torch.neuron.current_device() == 0
+        with torch.neuron.device(1):
+            torch.neuron.set_device(3)
+        assert torch.neuron.current_device() == 0
+        with torch.neuron.device_of(torch.ones(1, device="neuron:1")):
+            assert torch.neuron.current_device() == 1
+        with torch.neuron.device_of(torch.ones(1)):  # not on neuron: no change
+            assert torch.neuron.current_device() == 0
+        # A negative index is a no-op, as in torch.cuda (and torch.accelerator here).
+        torch.neuron.set_device(-1)
+        with torch.neuron.device(-1):
+            assert torch.neuron.current_device() == 0
+        assert torch.neuron.current_device() == 0
+        with pytest.raises(RuntimeError, match="Invalid device index"):
+            torch.neuron.set_device(torch.neuron.device_count())
+    finally:
+        torch.neuron.set_device(0)
+
+
 def test_copy_between_cores():
     a = torch.randn(5, device="neuron:0")
     b = a.to("neuron:1")

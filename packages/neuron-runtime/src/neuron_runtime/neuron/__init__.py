@@ -157,28 +157,47 @@ def current_device() -> int:
     return _C._current_device()
 
 
+def _index_or_negative(device: Any) -> int:
+    # As torch.cuda: a negative integer means "no core" and leaves the current core alone.
+    if isinstance(device, int) and device < 0:
+        return -1
+    return _device_index(device)
+
+
 def set_device(device: Any) -> None:
-    """Sets the current core of this thread."""
-    _lazy_init()
-    _C._set_device(_device_index(device))
+    """Sets the current core of this thread (a negative index is a no-op, as in torch.cuda)."""
+    index = _index_or_negative(device)
+    if index >= 0:
+        _lazy_init()
+        _C._set_device(index)
+
+
+def _exchange_device(index: int) -> int:
+    """Makes ``index`` current and returns the core that was; negative: changes nothing."""
+    if index < 0:
+        return -1
+    previous = current_device()
+    if previous != index:
+        set_device(index)
+    return previous
 
 
 class device:
-    """Context manager that changes the current core (``with torch.neuron.device(1):``)."""
+    """Context manager that changes the current core (``with torch.neuron.device(1):``).
+
+    As ``torch.cuda.device``: on exit the core current at entry is current again, even if the
+    block changed it; a negative index makes the context a no-op.
+    """
 
     def __init__(self, device: Any) -> None:
-        self.idx = -1 if device is None else _device_index(device)
+        self.idx = _index_or_negative(device)
         self.prev_idx = -1
 
     def __enter__(self) -> None:
-        if self.idx >= 0:
-            self.prev_idx = current_device()
-            if self.prev_idx != self.idx:
-                set_device(self.idx)
+        self.prev_idx = _exchange_device(self.idx)
 
     def __exit__(self, *exc: object) -> bool:
-        if self.idx >= 0 and self.prev_idx != self.idx:
-            set_device(self.prev_idx)
+        _exchange_device(self.prev_idx)
         return False
 
 
@@ -186,7 +205,7 @@ class device_of(device):
     """Context manager that makes the core of a given tensor current."""
 
     def __init__(self, obj: torch.Tensor) -> None:
-        super().__init__(obj.get_device() if obj.device.type == "neuron" else None)
+        super().__init__(obj.get_device() if obj.device.type == "neuron" else -1)
 
 
 @dataclass(frozen=True)
