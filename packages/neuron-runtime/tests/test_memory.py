@@ -103,6 +103,27 @@ def test_stats_match_torch_accelerator_api():
     del x
 
 
+def test_memory_stats_has_every_key_torch_cuda_documents():
+    # num_device_alloc, num_device_free, max_split_size, num_sync_all_streams and the oversize
+    # counters were missing (KeyError where torch.cuda.memory_stats has them), and the device
+    # allocation counts were never kept.
+    torch.neuron.empty_cache()
+    torch.neuron.reset_accumulated_memory_stats()
+    x = torch.empty(3 * MiB, dtype=torch.uint8, device="neuron")
+    stats = torch.neuron.memory_stats()
+    assert stats == dict(torch.accelerator.memory_stats(0))
+    for key in ("num_device_alloc", "num_device_free", "max_split_size", "num_sync_all_streams",
+                "oversize_allocations.current", "oversize_segments.peak"):
+        assert key in stats
+    assert stats["num_device_alloc"] == stats["segment.all.allocated"] >= 1
+    del x
+    torch.neuron.empty_cache()
+    stats = torch.neuron.memory_stats()
+    assert stats["num_device_free"] == stats["segment.all.freed"] >= 1
+    torch.neuron.reset_accumulated_memory_stats()
+    assert torch.neuron.memory_stats()["num_device_alloc"] == 0
+
+
 def test_mem_get_info_reports_capacity():
     free, total = torch.neuron.mem_get_info(0)
     assert total == 24 * 2**30 and 0 < free <= total

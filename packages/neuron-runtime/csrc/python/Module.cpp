@@ -19,17 +19,19 @@ namespace py = pybind11;
 namespace neuron {
 namespace {
 
+py::dict statDict(const c10::CachingAllocator::Stat& stat) {
+  py::dict result;
+  result["current"] = stat.current;
+  result["peak"] = stat.peak;
+  result["allocated"] = stat.allocated;
+  result["freed"] = stat.freed;
+  return result;
+}
+
 py::dict statArray(const c10::CachingAllocator::StatArray& array) {
   static const char* names[] = {"all", "small_pool", "large_pool"};
   py::dict result;
-  for (size_t i = 0; i < array.size(); ++i) {
-    py::dict stat;
-    stat["current"] = array[i].current;
-    stat["peak"] = array[i].peak;
-    stat["allocated"] = array[i].allocated;
-    stat["freed"] = array[i].freed;
-    result[names[i]] = stat;
-  }
+  for (size_t i = 0; i < array.size(); ++i) result[names[i]] = statDict(array[i]);
   return result;
 }
 
@@ -39,6 +41,12 @@ py::dict memoryStats(c10::DeviceIndex device) {
   py::dict result;
   result["num_alloc_retries"] = stats.num_alloc_retries;
   result["num_ooms"] = stats.num_ooms;
+  result["max_split_size"] = stats.max_split_size;
+  result["num_sync_all_streams"] = stats.num_sync_all_streams;
+  result["num_device_alloc"] = stats.num_device_alloc;
+  result["num_device_free"] = stats.num_device_free;
+  result["oversize_allocations"] = statDict(stats.oversize_allocations);
+  result["oversize_segments"] = statDict(stats.oversize_segments);
   result["allocation"] = statArray(stats.allocation);
   result["segment"] = statArray(stats.segment);
   result["active"] = statArray(stats.active);

@@ -121,6 +121,8 @@ void updateStats(DeviceStats& stats, const Block& block, bool increase) {
 
 void updateSegmentStats(DeviceStats& stats, size_t size, bool small, bool increase) {
   const auto pool = static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
+  // Every segment is one allocation from the device (CUDA counts its cudaMalloc/cudaFree calls).
+  (increase ? stats.num_device_alloc : stats.num_device_free) += 1;
   for (size_t type : {static_cast<size_t>(StatType::AGGREGATE), pool}) {
     if (increase) {
       stats.segment[type].increase(1);
@@ -215,8 +217,11 @@ class AllocatorState {
   void resetAccumulated(c10::DeviceIndex device) {
     forEachStat(device, [](c10::CachingAllocator::Stat& stat) { stat.reset_accumulated(); });
     std::lock_guard<std::mutex> lock(mutex_);
-    poolFor(device).stats.num_alloc_retries = 0;
-    poolFor(device).stats.num_ooms = 0;
+    DeviceStats& stats = poolFor(device).stats;
+    stats.num_alloc_retries = 0;
+    stats.num_ooms = 0;
+    stats.num_device_alloc = 0;
+    stats.num_device_free = 0;
   }
 
   void resetPeak(c10::DeviceIndex device) {
