@@ -54,8 +54,6 @@ def test_set_rng_state_inside_a_fake_tensor_mode():
     with FakeTensorMode():
         torch.neuron.set_rng_state(state)
     assert torch.equal(torch.rand(3, device="neuron"), expected)
-    torch.neuron.set_rng_state(state.to("neuron"))  # a state on the device is copied back first
-    assert torch.equal(torch.rand(3, device="neuron"), expected)
 
 
 def test_explicit_generator():
@@ -171,3 +169,32 @@ def test_the_device_module_reports_initialisation_as_torch_cuda_does():
     assert torch.neuron._initialized is True
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         torch.neuron.no_such_name  # noqa: B018
+
+
+def test_default_generators_index_as_a_tuple_like_torch_cuda():
+    # [-1] returned the current core's generator, not the last core's; slices raised TypeError
+    # and a core past the last raised RuntimeError instead of IndexError.
+    count = torch.neuron.device_count()
+    generators = torch.neuron.default_generators
+    torch.neuron.set_device(1)
+    try:
+        assert generators[-1].device == torch.device("neuron", count - 1)
+        assert [g.device.index for g in generators[1:3]] == [1, 2]
+        assert len(generators) == count and generators[0].device.index == 0
+        with pytest.raises(IndexError):
+            generators[count]
+    finally:
+        torch.neuron.set_device(0)
+
+
+def test_set_rng_state_takes_only_a_cpu_byte_tensor_as_torch_cuda():
+    # Other dtypes and device-resident states were converted silently; torch.cuda passes the
+    # state to the generator, which refuses anything but a CPU ByteTensor.
+    state = torch.neuron.get_rng_state()
+    for bad in (state.long(), state.float(), state.to("neuron")):
+        with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+            torch.neuron.set_rng_state(bad)
+    torch.neuron.set_rng_state(state)
+    first = torch.randn(4, device="neuron").cpu()
+    torch.neuron.set_rng_state(torch.stack([state, state], 1)[:, 0])  # non-contiguous: accepted
+    assert torch.randn(4, device="neuron").cpu().equal(first)

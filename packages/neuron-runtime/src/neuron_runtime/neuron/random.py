@@ -19,14 +19,16 @@ __all__ = [
 class _DefaultGenerators:
     """Lazy tuple-like view of each core's default torch.Generator."""
 
-    def __getitem__(self, index: int) -> torch.Generator:
-        return _C._default_generator(index)
+    def __getitem__(self, index: int | slice) -> Any:
+        # Indexed as torch.cuda.default_generators (a tuple): [-1] is the last core, slices
+        # work, and a core past the last raises IndexError.
+        return tuple(self)[index]
 
     def __len__(self) -> int:
         return _C._device_count()
 
     def __iter__(self):  # type: ignore[no-untyped-def]
-        return (self[i] for i in range(len(self)))
+        return (_C._default_generator(i) for i in range(len(self)))
 
 
 default_generators = _DefaultGenerators()
@@ -53,12 +55,11 @@ def get_rng_state_all() -> list[torch.Tensor]:
 @_disable_dynamo  # a graph break, as for torch.cuda's (Dynamo skips those by name)
 def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
     """Restores a core's RNG state from get_rng_state's result."""
-    state = new_state
-    if state.device.type != "cpu" or state.dtype != torch.uint8 or not state.is_contiguous():
-        state = state.to("cpu", torch.uint8).contiguous()
-    # The generator copies the bytes. No tensor op on an already-CPU state: callers restore
-    # states inside dispatch modes (LocalTensor's per-rank RNG under DTensor's fake sharding
-    # propagation), where even a clone of a real tensor is refused.
+    # As torch.cuda: the state must be a CPU ByteTensor (the generator raises TypeError
+    # otherwise); only its layout is fixed here. No tensor op on a contiguous state: callers
+    # restore states inside dispatch modes (LocalTensor's per-rank RNG under DTensor's fake
+    # sharding propagation), where even a clone of a real tensor is refused.
+    state = new_state if new_state.is_contiguous() else new_state.contiguous()
     _generator(device).set_state(state)
 
 
