@@ -92,19 +92,11 @@ py::list memorySnapshot() {
 // The same nested layout as torch.cuda.host_memory_stats_as_nested_dict().
 py::dict hostMemoryStats() {
   const at::HostStats stats = hostAllocator().get_stats();
-  auto stat = [](const c10::CachingAllocator::Stat& s) {
-    py::dict d;
-    d["current"] = s.current;
-    d["peak"] = s.peak;
-    d["allocated"] = s.allocated;
-    d["freed"] = s.freed;
-    return d;
-  };
   py::dict result;
-  result["active_requests"] = stat(stats.active_requests);
-  result["active_bytes"] = stat(stats.active_bytes);
-  result["allocations"] = stat(stats.allocations);
-  result["allocated_bytes"] = stat(stats.allocated_bytes);
+  result["active_requests"] = statDict(stats.active_requests);
+  result["active_bytes"] = statDict(stats.active_bytes);
+  result["allocations"] = statDict(stats.allocations);
+  result["allocated_bytes"] = statDict(stats.allocated_bytes);
   result["num_host_alloc"] = stats.num_host_alloc;
   result["num_host_free"] = stats.num_host_free;
   return result;
