@@ -79,6 +79,6 @@ def test_checkpoint_resume_gives_identical_curve():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
-    torch.neuron.set_rng_state(state["rng"])
+    torch.neuron.set_rng_state(state["rng"].cpu())  # RNG states live on the CPU, as torch.cuda's
     rest = [step(2), step(3)]
     assert first + rest == pytest.approx(losses, rel=1e-6)
