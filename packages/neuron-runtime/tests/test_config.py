@@ -35,6 +35,33 @@ def test_visible_cores_forms(visible, expected):
 def test_num_cores_and_local_rank():
     config = load_config({"NEURON_RT_NUM_CORES": "2", "LOCAL_RANK": "1"})
     assert config.visible_cores == (0, 1) and config.initial_device == 1
+    assert config.warning == ""
+
+
+def test_a_process_that_sees_one_core_uses_it_whatever_its_local_rank():
+    config = load_config({"NEURON_RT_VISIBLE_CORES": "3", "LOCAL_RANK": "3"})
+    assert config.initial_device == 0 and config.warning == ""
+
+
+def test_a_local_rank_past_the_visible_cores_is_warned_at_import(python_in_subprocess):
+    # 8 ranks on a 4-core instance would all run here, ranks 4-7 on core 0; on Trainium they
+    # would find no core of their own.
+    result = python_in_subprocess(
+        """
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            import torch
+            print(torch.neuron.current_device())
+        print([str(x.message) for x in w if issubclass(x.category, RuntimeWarning)])
+        """,
+        env={"LOCAL_RANK": "5"},
+    )
+    assert result.returncode == 0, result.stderr
+    first, messages = result.stdout.split("\n", 1)
+    assert first == "0"
+    assert "LOCAL_RANK=5 is past the 4 NeuronCores" in messages
+    assert "--nproc-per-node 4" in messages
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from neuron_runtime import _C
@@ -27,6 +29,8 @@ def register() -> None:
         not config.autograd_device_threads,
     )
     _C._set_op_metrics_enabled(config.metrics_enabled)
+    if config.warning:
+        warnings.warn(config.warning, RuntimeWarning, stacklevel=2)
     if torch._C._get_privateuse1_backend_name() != "neuron":
         torch.utils.rename_privateuse1_backend("neuron")
     from neuron_runtime import neuron as device_module

@@ -22,7 +22,8 @@ Environment variables (the hardware runtime's own, plus emulator-only ``NEURON_E
 ``TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS`` ``1``: keep PyTorch's per-device autograd threads (by
                                     default the thread that initialises the device runs
                                     neuron backward work itself).
-``LOCAL_RANK``                      under torchrun, the initial current device.
+``LOCAL_RANK``                      under torchrun, the initial current device (a rank past
+                                    several visible cores gets core 0, with a warning).
 ==================================  ===========================================================
 """
 
@@ -72,6 +73,7 @@ class RuntimeConfig:
     metrics_enabled: bool
     autograd_device_threads: bool = False  # backward of neuron tensors on the engine's device threads
     error: str = ""  # non-empty: the environment is invalid and the device is unusable
+    warning: str = ""  # non-empty: the device works, but not as it would on the hardware
 
     @property
     def device_count(self) -> int:
@@ -185,7 +187,22 @@ def _parse(env: Mapping[str, str]) -> RuntimeConfig:
     device_threads = _flag(env, "TORCH_NEURONX_AUTOGRAD_DEVICE_THREADS")
     local_rank = _int(env, "LOCAL_RANK", 0)
     initial = local_rank if local_rank < len(visible) else 0
-    return RuntimeConfig(profile, chips, lnc, visible, capacity, initial, policy, metrics, device_threads)
+    return RuntimeConfig(profile, chips, lnc, visible, capacity, initial, policy, metrics, device_threads,
+                         warning=_local_rank_warning(local_rank, len(visible), instance))
+
+
+def _local_rank_warning(local_rank: int, visible: int, instance: str) -> str:
+    # A process that sees one core (NEURON_RT_VISIBLE_CORES per rank) uses it whatever its rank;
+    # a rank past several visible cores has no core of its own, and would get none on Trainium.
+    if local_rank < visible or visible <= 1:
+        return ""
+    return (
+        f"LOCAL_RANK={local_rank} is past the {visible} NeuronCores this process sees (emulated "
+        f"{instance}), so its current core is neuron:0, which local rank 0 also uses. On Trainium "
+        f"each process needs a core of its own: start at most {visible} processes per node "
+        f"(torchrun --nproc-per-node {visible}), or emulate more cores (NEURON_EMU_CHIPS, "
+        f"NEURON_LOGICAL_NC_CONFIG=1)."
+    )
 
 
 def load_config(env: Mapping[str, str] | None = None) -> RuntimeConfig:
