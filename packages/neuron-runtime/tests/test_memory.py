@@ -124,6 +124,36 @@ def test_memory_stats_has_every_key_torch_cuda_documents():
     assert torch.neuron.memory_stats()["num_device_alloc"] == 0
 
 
+def test_caching_allocator_alloc_and_delete_as_torch_cuda():
+    # torch.cuda's raw-block API for other frameworks: an AttributeError on neuron before.
+    base = torch.neuron.memory_allocated(1)
+    stream = torch.neuron.Stream(device=1)
+    address = torch.neuron.caching_allocator_alloc(3 * MiB, device=1, stream=stream)
+    assert address != 0 and torch.neuron.memory_allocated(1) == base + 3 * MiB
+    assert torch.neuron.current_device() == 0
+    torch.neuron.caching_allocator_delete(address)
+    assert torch.neuron.memory_allocated(1) == base
+    with pytest.raises(RuntimeError, match="invalid device pointer"):
+        torch.neuron.caching_allocator_delete(address)
+    with pytest.raises(TypeError, match="expected a torch.neuron.Stream"):
+        torch.neuron.caching_allocator_alloc(16, stream=1234)
+    with pytest.raises(ValueError, match="stream is on neuron:1"):
+        torch.neuron.caching_allocator_alloc(16, device=0, stream=stream)
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.neuron.caching_allocator_alloc(1 << 50)
+    assert torch.neuron.caching_allocator_alloc(0) == 0
+    torch.neuron.caching_allocator_delete(0)
+
+
+def test_deprecated_cached_names_and_allocator_backend_as_torch_cuda():
+    assert torch.neuron.memory_cached() == torch.neuron.memory_reserved()
+    with pytest.warns(FutureWarning, match="max_memory_reserved"):
+        assert torch.neuron.max_memory_cached() == torch.neuron.max_memory_reserved()
+    with pytest.warns(FutureWarning, match="reset_peak_memory_stats"):
+        torch.neuron.reset_max_memory_cached()
+    assert torch.neuron.get_allocator_backend() == "native"
+
+
 def test_mem_get_info_reports_capacity():
     free, total = torch.neuron.mem_get_info(0)
     assert total == 24 * 2**30 and 0 < free <= total

@@ -17,14 +17,19 @@ from neuron_runtime._config import RuntimeConfig, load_config
 from neuron_runtime.neuron import memory
 from neuron_runtime.neuron._legacy_storage import LEGACY_STORAGE_CLASSES as _LEGACY_STORAGE_CLASSES
 from neuron_runtime.neuron.memory import (
+    caching_allocator_alloc,
+    caching_allocator_delete,
     empty_cache,
+    get_allocator_backend,
     get_per_process_memory_fraction,
     host_memory_stats,
     host_memory_stats_as_nested_dict,
     max_memory_allocated,
+    max_memory_cached,
     max_memory_reserved,
     mem_get_info,
     memory_allocated,
+    memory_cached,
     memory_reserved,
     memory_snapshot,
     memory_stats,
@@ -33,6 +38,7 @@ from neuron_runtime.neuron.memory import (
     reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
+    reset_max_memory_cached,
     reset_peak_host_memory_stats,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
@@ -61,7 +67,9 @@ from neuron_runtime.neuron.streams import (
 )
 
 __all__ = [
-    "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
+    "Event", "Stream", "StreamContext", "caching_allocator_alloc", "caching_allocator_delete",
+    "current_device", "get_allocator_backend", "max_memory_cached", "memory_cached",
+    "reset_max_memory_cached", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties",
     "get_per_process_memory_fraction", "get_rng_state", "get_rng_state_all",

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import collections
+import threading
+import warnings
 from typing import Any
+
+import torch
 
 from neuron_runtime import _C
 
 __all__ = [
-    "empty_cache", "get_per_process_memory_fraction", "host_memory_stats",
+    "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "get_allocator_backend",
+    "get_per_process_memory_fraction", "max_memory_cached", "memory_cached", "reset_max_memory_cached", "host_memory_stats",
     "host_memory_stats_as_nested_dict", "max_memory_allocated", "max_memory_reserved",
     "mem_get_info", "memory_allocated", "memory_reserved", "memory_snapshot", "memory_stats",
     "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_host_memory_stats",
@@ -21,6 +26,58 @@ def _index(device: Any) -> int:
     from neuron_runtime.neuron import _device_index
 
     return _device_index(device)
+
+
+# Blocks handed out by caching_allocator_alloc, by address: each is held by a byte tensor, so
+# the caching allocator accounts for it like any tensor's memory until caching_allocator_delete.
+_raw_blocks: dict[int, torch.Tensor] = {}
+_raw_blocks_lock = threading.Lock()
+
+
+def caching_allocator_alloc(size: int, device: Any = None, stream: Any = None) -> int:
+    """Allocates ``size`` bytes from the core's caching allocator and returns the address.
+
+    For interoperability with other frameworks, as ``torch.cuda.caching_allocator_alloc``;
+    free the block with :func:`caching_allocator_delete`. ``stream`` (a ``torch.neuron.Stream``,
+    default the core's current stream) is the stream the block is used on.
+    """
+    from neuron_runtime.neuron import streams
+
+    index = _index(device)
+    if stream is None:
+        stream = streams.current_stream(index)
+    if not isinstance(stream, torch.Stream) or stream.device.type != "neuron":
+        raise TypeError(
+            f"Invalid type for stream argument: got {type(stream).__name__}, expected a "
+            f"torch.neuron.Stream (or None for the current stream of neuron:{index})."
+        )
+    if stream.device_index != index:
+        raise ValueError(f"The stream is on neuron:{stream.device_index}, but the block is for neuron:{index}.")
+    with streams.stream(stream):
+        block = torch.empty(int(size), dtype=torch.uint8, device=torch.device("neuron", index))
+    address = block.data_ptr()
+    if address:
+        with _raw_blocks_lock:
+            _raw_blocks[address] = block
+    return address
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Frees a block allocated with :func:`caching_allocator_alloc` (0 is ignored)."""
+    if not mem_ptr:
+        return
+    with _raw_blocks_lock:
+        block = _raw_blocks.pop(int(mem_ptr), None)
+    if block is None:
+        raise RuntimeError(
+            f"invalid device pointer: {int(mem_ptr):#x}: caching_allocator_delete frees only "
+            "addresses returned by torch.neuron.caching_allocator_alloc, once each."
+        )
+
+
+def get_allocator_backend() -> str:
+    """The allocator in use: always ``"native"``, the caching allocator (as on CUDA by default)."""
+    return "native"
 
 
 def empty_cache() -> None:
@@ -123,6 +180,25 @@ def memory_reserved(device: Any = None) -> int:
 def max_memory_reserved(device: Any = None) -> int:
     """Peak of memory_reserved."""
     return _stat(device, "reserved_bytes", "peak")
+
+
+def memory_cached(device: Any = None) -> int:
+    """Deprecated; see :func:`memory_reserved` (kept as torch.cuda keeps it)."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: Any = None) -> int:
+    """Deprecated; see :func:`max_memory_reserved`."""
+    warnings.warn("`torch.neuron.max_memory_cached` has been renamed to `torch.neuron.max_memory_reserved`",
+                  FutureWarning, stacklevel=2)
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_cached(device: Any = None) -> None:
+    """Deprecated; resets all peak statistics, as :func:`reset_peak_memory_stats`."""
+    warnings.warn("torch.neuron.reset_max_memory_cached now calls torch.neuron.reset_peak_memory_stats, "
+                  "which resets /all/ peak memory stats.", FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
