@@ -291,6 +291,23 @@ def test_memory_snapshot_lists_live_and_cached_segments():
     assert total == torch.neuron.memory_reserved(1)
 
 
+def test_memory_snapshot_agrees_with_memory_stats():
+    # The snapshot showed a live 4 MiB segment as one allocated block, where the statistics
+    # count the request rounded to 512 B as allocated and the rest as an inactive split (as
+    # CUDA's allocator splits it off); on CUDA both come from the same blocks.
+    torch.neuron.empty_cache()
+    live = torch.empty(10**6, device="neuron:2")
+    stats = torch.neuron.memory_stats(2)
+    segments = [s for s in torch.neuron.memory_snapshot() if s["device"] == 2]
+    blocks = [b for s in segments for b in s["blocks"]]
+    assert sum(s["allocated_size"] for s in segments) == stats["allocated_bytes.all.current"] == 4000256
+    assert sum(b["size"] for b in blocks if b["state"] == "active_allocated") == 4000256
+    split = [b for s in segments if s["allocated_size"] for b in s["blocks"] if b["state"] == "inactive"]
+    assert [b["size"] for b in split] == [stats["inactive_split_bytes.all.current"]] == [194048]
+    assert split[0]["address"] == live.data_ptr() + 4000256
+    assert sum(b["size"] for b in blocks) == sum(s["total_size"] for s in segments)
+
+
 def test_host_memory_stats_and_empty_host_cache():
     # torch.accelerator.empty_host_cache() reached a null host allocator and crashed the process.
     torch.ones(1, device="neuron")

@@ -63,26 +63,37 @@ py::dict memoryStats(c10::DeviceIndex device) {
 py::list memorySnapshot() {
   py::list segments;
   for (const SegmentSnapshot& segment : cachingAllocator().snapshot()) {
+    // The live block, then the rest of the segment as the inactive split the stats count.
+    py::list blocks;
+    const size_t first = segment.active ? segment.allocated : segment.size;
     py::dict block;
     block["address"] = segment.address;
-    block["size"] = segment.size;
+    block["size"] = first;
     block["requested_size"] = segment.requested;
     block["state"] = segment.active ? "active_allocated" : "inactive";
     block["frames"] = py::list();
+    blocks.append(block);
+    if (first < segment.size) {
+      py::dict rest;
+      rest["address"] = segment.address + first;
+      rest["size"] = segment.size - first;
+      rest["requested_size"] = 0;
+      rest["state"] = "inactive";
+      rest["frames"] = py::list();
+      blocks.append(rest);
+    }
     py::dict entry;
     entry["device"] = static_cast<int>(segment.device);
     entry["address"] = segment.address;
     entry["total_size"] = segment.size;
-    entry["allocated_size"] = segment.active ? segment.size : 0;
-    entry["active_size"] = segment.active ? segment.size : 0;
+    entry["allocated_size"] = segment.allocated;
+    entry["active_size"] = segment.allocated;
     entry["requested_size"] = segment.requested;
     entry["stream"] = 0;
     entry["segment_type"] = segment.small ? "small" : "large";
     entry["segment_pool_id"] = py::make_tuple(0, 0);
     entry["is_expandable"] = false;
     entry["frames"] = py::list();
-    py::list blocks;
-    blocks.append(block);
     entry["blocks"] = blocks;
     segments.append(entry);
   }

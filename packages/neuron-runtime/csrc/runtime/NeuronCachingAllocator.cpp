@@ -141,8 +141,8 @@ void reportToProfiler(const DeviceStats& stats, void* ptr, const Block& block, b
   const auto aggregate = static_cast<size_t>(StatType::AGGREGATE);
   const auto size = static_cast<int64_t>(block.size);
   c10::reportMemoryUsageToProfiler(ptr, allocated ? size : -size, stats.allocated_bytes[aggregate].current,
-                         stats.reserved_bytes[aggregate].current,
-                         c10::Device(c10::DeviceType::PrivateUse1, block.device));
+                                   stats.reserved_bytes[aggregate].current,
+                                   c10::Device(c10::DeviceType::PrivateUse1, block.device));
 }
 
 // All allocator state, behind one mutex (the emulator executes synchronously, so
@@ -256,7 +256,8 @@ class AllocatorState {
       const auto live = live_.find(reinterpret_cast<void*>(address));
       const bool active = live != live_.end();
       result.push_back({extent.second, address, extent.first,
-                        active ? live->second.requested : 0, active,
+                        active ? live->second.requested : 0,
+                        active ? std::min(extent.first, live->second.allocated()) : 0, active,
                         extent.first <= kSmallLimit});
     }
     return result;

@@ -11,12 +11,14 @@
 namespace neuron {
 
 // One segment of a core's memory as torch.neuron.memory_snapshot() reports it. The allocator
-// never splits segments, so each holds exactly one block.
+// never splits segments; a live segment's rest past `allocated` is what the statistics count
+// as an inactive split (CUDA would split it off as a block of its own).
 struct SegmentSnapshot {
   c10::DeviceIndex device;
   uintptr_t address;
   size_t size;
   size_t requested;  // 0 when the block is cached (inactive)
+  size_t allocated;  // the request rounded as the statistics count it; 0 when cached
   bool active;
   bool small;
 };
