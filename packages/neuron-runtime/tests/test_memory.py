@@ -377,3 +377,79 @@ def test_runtime_empty_strided_fills_under_deterministic_mode():
         assert torch.isnan(_C._empty_strided((8,), (1,), torch.float32).cpu()).all()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def _allocate_for_history(numel: int) -> torch.Tensor:
+    return torch.empty(numel, device="neuron:3")
+
+
+def test_record_memory_history_as_torch_cuda(tmp_path):
+    # torch.cuda.memory's OOM-debugging workflow: record, reproduce, dump, open in memory_viz.
+    # There was no history on neuron: _snapshot() returned the segments and no device_traces.
+    import pickle
+
+    from torch.cuda import _memory_viz
+
+    torch.neuron.empty_cache()
+    torch.neuron.memory._record_memory_history(max_entries=1000, stacks="python", clear_history=True)
+    try:
+        kept = _allocate_for_history(10**6)
+        freed = _allocate_for_history(3 * 10**5)
+        freed_address = freed.data_ptr()
+        del freed
+        with pytest.raises(torch.OutOfMemoryError):
+            _allocate_for_history(1 << 40)
+        path = tmp_path / "snapshot.pickle"
+        torch.neuron.memory._dump_snapshot(str(path))
+    finally:
+        torch.neuron.memory._record_memory_history(None)
+    with open(path, "rb") as f:
+        snapshot = pickle.load(f)
+    trace = snapshot["device_traces"][3]
+    actions = [entry["action"] for entry in trace]
+    # Before giving up, the allocator returns its cached segment to the host (as CUDA's does).
+    assert actions == ["segment_alloc", "alloc", "segment_alloc", "alloc", "free_requested",
+                       "free_completed", "segment_free", "oom", "snapshot"]
+    assert [e["size"] for e in trace if e["action"] == "alloc"] == [4000256, 1200128]
+    assert [e["addr"] for e in trace if e["action"].startswith("free")] == [freed_address] * 2
+    oom = trace[actions.index("oom")]
+    assert oom["size"] == 4 << 40 and 0 < oom["device_free"] <= 24 << 30
+    # Each action carries the Python stack that caused it.
+    for entry in trace:
+        if entry["action"] in ("segment_free", "snapshot"):
+            continue
+        names = [frame["name"] for frame in entry["frames"]]
+        assert "_allocate_for_history" in names or "test_record_memory_history_as_torch_cuda" in names, names
+    live = [s for s in snapshot["segments"] if s["device"] == 3 and s["address"] == kept.data_ptr()]
+    assert "_allocate_for_history" in [frame["name"] for frame in live[0]["blocks"][0]["frames"]]
+    assert _memory_viz.trace_plot(snapshot) and _memory_viz.segment_plot(snapshot)
+    # Stopping drops the history; stacks of later allocations are not kept.
+    assert torch.neuron.memory._snapshot()["device_traces"][3] == []
+    later = _allocate_for_history(10)
+    segments = torch.neuron.memory_snapshot()
+    assert [s["blocks"][0]["frames"] for s in segments if s["address"] == later.data_ptr()] in ([[]], [])
+
+
+def test_record_memory_history_bounds_and_skips_entries():
+    torch.neuron.memory._record_memory_history(max_entries=3, skip_actions=["segment_alloc"],
+                                                stacks="python", clear_history=True)
+    try:
+        for _ in range(5):
+            _allocate_for_history(64)
+        trace = torch.neuron.memory._snapshot()["device_traces"][3]
+    finally:
+        torch.neuron.memory._record_memory_history(None)
+    assert len(trace) == 3 and "segment_alloc" not in [e["action"] for e in trace]
+    assert trace[-1]["action"] == "snapshot"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"enabled": "everything"}, "enabled must be None, 'state' or 'all'"),
+    ({"context": "some"}, "context must be None"),
+    ({"stacks": "cpp"}, "stacks must be 'python' or 'all'"),
+    ({"skip_actions": ["allocate"]}, "Unknown action in skip_actions: 'allocate'"),
+])
+def test_record_memory_history_refuses_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        torch.neuron.memory._record_memory_history(**kwargs)
+    assert torch.neuron.memory._snapshot()["device_traces"][3] == []

@@ -6,15 +6,23 @@
 #include "driver/DeviceState.h"
 #include "driver/HostMemory.h"
 #include "driver/RuntimeConfig.h"
+#include "runtime/AllocationHistory.h"
 #include "runtime/NeuronCachingAllocator.h"
 #include "runtime/NeuronGenerator.h"
 #include "runtime/NeuronHostAllocator.h"
 #include "runtime/NeuronStream.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
 
 namespace py = pybind11;
+
+namespace torch {
+// Declared in torch/csrc/profiler/python/combined_traceback.h, which needs nlohmann/json, a
+// header torch's wheel does not ship; the function itself is exported by libtorch_python.
+TORCH_API std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceback*>& to_symbolize);
+}  // namespace torch
 
 namespace neuron {
 namespace {
@@ -59,10 +67,37 @@ py::dict memoryStats(c10::DeviceIndex device) {
   return result;
 }
 
-// One entry per segment, in the layout of torch.cuda.memory_snapshot().
+// Symbolizes recorded stacks in one batch (as torch.cuda's snapshot does): one frame list
+// per stack, an empty list where nothing was recorded.
+std::vector<py::object> symbolizeStacks(const std::vector<c10::GatheredContext*>& stacks) {
+  std::vector<torch::CapturedTraceback*> captured;
+  std::vector<size_t> index(stacks.size(), SIZE_MAX);
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    if (auto* traceback = dynamic_cast<torch::CapturedTraceback*>(stacks[i])) {
+      index[i] = captured.size();
+      captured.push_back(traceback);
+    }
+  }
+  std::vector<py::object> symbolized =
+      captured.empty() ? std::vector<py::object>{} : torch::py_symbolize(captured);
+  std::vector<py::object> result;
+  result.reserve(stacks.size());
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    result.push_back(index[i] == SIZE_MAX ? py::object(py::list()) : symbolized[index[i]]);
+  }
+  return result;
+}
+
+// One entry per segment, in the layout of torch.cuda.memory_snapshot(); a live block's frames
+// are the stack that allocated it, when _record_memory_history recorded one.
 py::list memorySnapshot() {
+  const std::vector<SegmentSnapshot> snapshot = cachingAllocator().snapshot();
+  std::vector<c10::GatheredContext*> stacks;
+  for (const SegmentSnapshot& segment : snapshot) stacks.push_back(segment.stack.get());
+  const std::vector<py::object> frames = symbolizeStacks(stacks);
   py::list segments;
-  for (const SegmentSnapshot& segment : cachingAllocator().snapshot()) {
+  for (size_t i = 0; i < snapshot.size(); ++i) {
+    const SegmentSnapshot& segment = snapshot[i];
     // The live block, then the rest of the segment as the inactive split the stats count.
     py::list blocks;
     const size_t first = segment.active ? segment.allocated : segment.size;
@@ -71,7 +106,7 @@ py::list memorySnapshot() {
     block["size"] = first;
     block["requested_size"] = segment.requested;
     block["state"] = segment.active ? "active_allocated" : "inactive";
-    block["frames"] = py::list();
+    block["frames"] = frames[i];
     blocks.append(block);
     if (first < segment.size) {
       py::dict rest;
@@ -93,11 +128,75 @@ py::list memorySnapshot() {
     entry["segment_type"] = segment.small ? "small" : "large";
     entry["segment_pool_id"] = py::make_tuple(0, 0);
     entry["is_expandable"] = false;
-    entry["frames"] = py::list();
+    entry["frames"] = frames[i];
     entry["blocks"] = blocks;
     segments.append(entry);
   }
   return segments;
+}
+
+HistoryAction historyActionNamed(const std::string& name) {
+  for (auto action : {HistoryAction::Alloc, HistoryAction::FreeRequested, HistoryAction::FreeCompleted,
+                      HistoryAction::SegmentAlloc, HistoryAction::SegmentFree, HistoryAction::Oom,
+                      HistoryAction::Snapshot}) {
+    if (name == historyActionName(action)) return action;
+  }
+  TORCH_CHECK_VALUE(false, "Unknown action in skip_actions: '", name,
+                    "'. Valid actions: alloc, free_requested, free_completed, segment_alloc, "
+                    "segment_free, oom, snapshot.");
+}
+
+// torch.cuda.memory._record_memory_history's arguments, validated as CUDA validates them.
+void recordMemoryHistory(const std::optional<std::string>& enabled, const std::optional<std::string>& context,
+                         const std::string& stacks, size_t max_entries, bool clear_history,
+                         const std::vector<std::string>& skip_actions) {
+  TORCH_CHECK_VALUE(!enabled || *enabled == "state" || *enabled == "all",
+                    "enabled must be None, 'state' or 'all', got '", enabled.value_or(""), "'");
+  TORCH_CHECK_VALUE(!context || *context == "state" || *context == "alloc" || *context == "all",
+                    "context must be None, 'state', 'alloc' or 'all', got '", context.value_or(""), "'");
+  TORCH_CHECK_VALUE(stacks == "python" || stacks == "all", "stacks must be 'python' or 'all', got '", stacks, "'");
+  HistorySettings settings;
+  settings.enabled = enabled.has_value();
+  settings.keep_history = enabled && *enabled == "all";
+  settings.context = !context ? StackContext::None
+                     : *context == "state" ? StackContext::State
+                     : *context == "alloc" ? StackContext::Alloc
+                                           : StackContext::All;
+  settings.cpp_stacks = stacks == "all";
+  settings.max_entries = max_entries;
+  for (const std::string& name : skip_actions) settings.skipped.push_back(historyActionNamed(name));
+  allocationHistory().configure(settings, clear_history);
+}
+
+// The recorded actions, one list per core, in the layout of torch.cuda.memory._snapshot()'s
+// "device_traces".
+py::list memoryHistory(int device_count) {
+  const auto kept = allocationHistory().entries();
+  std::vector<c10::GatheredContext*> stacks;
+  for (const auto& entries : kept) {
+    for (const HistoryEntry& entry : entries) stacks.push_back(entry.context.get());
+  }
+  const std::vector<py::object> frames = symbolizeStacks(stacks);
+  py::list traces;
+  size_t next = 0;
+  for (size_t device = 0; device < std::max(kept.size(), static_cast<size_t>(device_count)); ++device) {
+    py::list trace;
+    if (device < kept.size()) {
+      for (const HistoryEntry& entry : kept[device]) {
+        py::dict item;
+        item["action"] = historyActionName(entry.action);
+        item["addr"] = entry.address;
+        item["size"] = entry.size;
+        item["stream"] = 0;
+        item["time_us"] = entry.time_us;
+        item["frames"] = frames[next++];
+        if (entry.action == HistoryAction::Oom) item["device_free"] = entry.device_free;
+        trace.append(item);
+      }
+    }
+    traces.append(trace);
+  }
+  return traces;
 }
 
 // The same nested layout as torch.cuda.host_memory_stats_as_nested_dict().
@@ -189,6 +288,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return cachingAllocator().memoryFraction(static_cast<c10::DeviceIndex>(device));
   });
   m.def("_memory_snapshot", &memorySnapshot);
+  m.def("_record_memory_history", &recordMemoryHistory, py::arg("enabled"), py::arg("context"),
+        py::arg("stacks"), py::arg("max_entries"), py::arg("clear_history"), py::arg("skip_actions"));
+  m.def("_memory_history", &memoryHistory, py::arg("device_count"));
+  m.def("_record_memory_snapshot_taken", [](int device) {
+    allocationHistory().record({HistoryAction::Snapshot, static_cast<c10::DeviceIndex>(device), 0, 0, 0, 0, nullptr});
+  });
   m.def("_host_memory_stats", &hostMemoryStats);
   m.def("_reset_host_peak_stats", []() { hostAllocator().reset_peak_stats(); });
   m.def("_reset_host_accumulated_stats", []() { hostAllocator().reset_accumulated_stats(); });

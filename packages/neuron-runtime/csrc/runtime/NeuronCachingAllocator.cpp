@@ -12,6 +12,7 @@
 #include "runtime/NeuronCachingAllocator.h"
 
 #include "driver/DeviceState.h"
+#include "runtime/AllocationHistory.h"
 #include "driver/HostMemory.h"
 #include "driver/RuntimeConfig.h"
 
@@ -45,6 +46,7 @@ struct Block {
   size_t size;       // rounded size, what the core holds
   size_t requested;  // what the caller asked for
   bool small;
+  std::shared_ptr<c10::GatheredContext> stack;  // where it was allocated, when history is recorded
 
   // What CUDA's allocator would count as allocated: the request rounded to 512 B.
   size_t allocated() const { return ((requested + kSmallRound - 1) / kSmallRound) * kSmallRound; }
@@ -152,6 +154,9 @@ class AllocatorState {
   void* allocate(size_t nbytes, c10::DeviceIndex device) {
     lazyInitDevice();
     checkDeviceIndex(device);
+    AllocationHistory& history = allocationHistory();
+    // Gathered before locking: gathering Python frames takes the GIL.
+    auto stack = history.enabled() ? history.stackForAlloc() : nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     CorePool& pool = poolFor(device);
     const size_t size = roundSize(nbytes);
@@ -159,12 +164,16 @@ class AllocatorState {
     size_t block_size = size;
     void* ptr = takeCached(pool, size, small, &block_size);
     if (ptr == nullptr) {
-      ptr = newSegment(pool, device, size, nbytes, small);
+      ptr = newSegment(pool, device, size, nbytes, small, stack);
     }
-    Block block{device, block_size, nbytes, small};
-    live_[ptr] = block;
-    updateStats(pool.stats, block, true);
-    reportToProfiler(pool.stats, ptr, block, /*allocated=*/true);
+    Block block{device, block_size, nbytes, small, stack};
+    if (history.enabled()) {
+      history.record({HistoryAction::Alloc, device, reinterpret_cast<uintptr_t>(ptr), block.allocated(), 0,
+                      0, history.allocEntriesHaveStacks() ? stack : nullptr});
+    }
+    const Block& stored = live_.insert_or_assign(ptr, std::move(block)).first->second;
+    updateStats(pool.stats, stored, true);
+    reportToProfiler(pool.stats, ptr, stored, /*allocated=*/true);
     return ptr;
   }
 
@@ -172,16 +181,24 @@ class AllocatorState {
     if (isInBadFork()) {
       return;  // memory inherited from the parent; the child must not touch its pools
     }
+    AllocationHistory& history = allocationHistory();
+    auto stack = history.enabled() ? history.stackForFree() : nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(ptr);
     if (it == live_.end()) {
       return;
     }
-    const Block block = it->second;
+    const Block block = std::move(it->second);
     live_.erase(it);
     CorePool& pool = poolFor(block.device);
     updateStats(pool.stats, block, false);
     reportToProfiler(pool.stats, ptr, block, /*allocated=*/false);
+    if (history.enabled()) {
+      // The emulator runs streams in order, so a freed block is reusable at once.
+      const auto address = reinterpret_cast<uintptr_t>(ptr);
+      history.record({HistoryAction::FreeRequested, block.device, address, block.allocated(), 0, 0, stack});
+      history.record({HistoryAction::FreeCompleted, block.device, address, block.allocated(), 0, 0, stack});
+    }
     // Ahead of cached blocks of the same size: the next request of this size reuses the
     // block freed last, whose bytes are still in the host's caches (as malloc reuses them).
     pool.cached.emplace_hint(pool.cached.lower_bound(block.size), block.size, ptr);
@@ -258,7 +275,7 @@ class AllocatorState {
       result.push_back({extent.second, address, extent.first,
                         active ? live->second.requested : 0,
                         active ? std::min(extent.first, live->second.allocated()) : 0, active,
-                        extent.first <= kSmallLimit});
+                        extent.first <= kSmallLimit, active ? live->second.stack : nullptr});
     }
     return result;
   }
@@ -292,7 +309,7 @@ class AllocatorState {
   }
 
   void* newSegment(CorePool& pool, c10::DeviceIndex device, size_t size, size_t requested,
-                   bool small) {
+                   bool small, const std::shared_ptr<c10::GatheredContext>& stack) {
     const size_t capacity = static_cast<size_t>(runtimeConfig().capacity_bytes);
     const size_t limit = pool.fraction >= 1.0
                              ? capacity
@@ -315,6 +332,8 @@ class AllocatorState {
     }
     if (ptr == nullptr) {
       pool.stats.num_ooms += 1;
+      allocationHistory().record({HistoryAction::Oom, device, 0, requested,
+                                  limit - std::min(limit, pool.reserved), 0, stack});
       const size_t allocated = static_cast<size_t>(
           pool.stats.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].current);
       const bool host_failed = pool.reserved + size <= limit;
@@ -347,13 +366,17 @@ class AllocatorState {
     pool.reserved += size;
     segments_[reinterpret_cast<uintptr_t>(ptr)] = {size, device};
     updateSegmentStats(pool.stats, size, small, true);
+    allocationHistory().record(
+        {HistoryAction::SegmentAlloc, device, reinterpret_cast<uintptr_t>(ptr), size, 0, 0, stack});
     (void)small;
     return ptr;
   }
 
   void releaseCached(CorePool& pool) {
     for (auto& [size, ptr] : pool.cached) {
-      segments_.erase(reinterpret_cast<uintptr_t>(ptr));
+      const auto address = reinterpret_cast<uintptr_t>(ptr);
+      allocationHistory().record({HistoryAction::SegmentFree, segments_[address].second, address, size, 0, 0, nullptr});
+      segments_.erase(address);
       std::free(ptr);
       pool.reserved -= size;
       updateSegmentStats(pool.stats, size, size <= kSmallLimit, false);

@@ -6,6 +6,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace neuron {
@@ -21,6 +22,7 @@ struct SegmentSnapshot {
   size_t allocated;  // the request rounded as the statistics count it; 0 when cached
   bool active;
   bool small;
+  std::shared_ptr<c10::GatheredContext> stack;  // where the live block was allocated, if recorded
 };
 
 class NeuronCachingAllocator final : public c10::DeviceAllocator {

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import pickle
+import sys
 import threading
 import warnings
 from typing import Any
@@ -133,9 +135,66 @@ def memory_snapshot() -> list[dict[str, Any]]:
     return _C._memory_snapshot()
 
 
-def _snapshot(device: Any = None) -> dict[str, Any]:
-    """torch.cuda.memory._snapshot()'s layout: the segments; no allocation history is recorded."""
-    return {"segments": memory_snapshot(), "device_traces": [], "allocator_settings": {}}
+def _record_memory_history(
+    enabled: str | bool | None = "all",
+    context: str | None = "all",
+    stacks: str = "all",
+    max_entries: int = sys.maxsize,
+    device: Any = None,
+    clear_history: bool = False,
+    compile_context: bool = False,
+    global_record_annotations: bool = False,
+    skip_actions: list[str] | None = None,
+    **legacy: Any,
+) -> None:
+    """Records the allocator's history for :func:`_snapshot`, as ``torch.cuda.memory``'s does.
+
+    ``enabled``: None stops recording; ``"state"`` keeps the stack of every live block;
+    ``"all"`` also keeps the last ``max_entries`` actions per core (alloc, free_requested,
+    free_completed, segment_alloc, segment_free, oom, snapshot). ``context``: which actions
+    keep their stack (None, ``"state"``, ``"alloc"``, ``"all"``); ``stacks``: ``"python"`` or
+    ``"all"`` (with C++ frames). Recording covers every core (``device`` is accepted, as on
+    CUDA, and ignored). Dump with :func:`_dump_snapshot` and open the file at
+    https://pytorch.org/memory_viz.
+    """
+    if isinstance(enabled, bool):  # torch.cuda's legacy signature: (enabled, trace_alloc_max_entries=1, ...)
+        max_entries = legacy.pop("trace_alloc_max_entries", 1)
+        record_context = legacy.pop("record_context", True)
+        if not legacy.pop("trace_alloc_record_context", False) and max_entries <= 1:
+            max_entries = 0
+        legacy.pop("_enable_expandable_segments", None)
+        context = ("all" if max_entries else "state") if record_context else None
+        enabled = "all" if enabled else None
+    if legacy:
+        raise TypeError(f"_record_memory_history() got unexpected keyword arguments {sorted(legacy)}")
+    _C._record_memory_history(enabled, context, stacks, max_entries, clear_history, list(skip_actions or []))
+
+
+def _snapshot(device: Any = None, augment_with_fx_traces: bool = False) -> dict[str, Any]:
+    """The allocator's state in ``torch.cuda.memory._snapshot()``'s layout.
+
+    ``segments`` as :func:`memory_snapshot` (with each live block's allocation stack while
+    :func:`_record_memory_history` records), and ``device_traces``: one list of recorded
+    actions per core.
+    """
+    from neuron_runtime.neuron import device_count
+
+    for index in range(device_count()):  # as CUDA, every core's history marks the snapshot
+        _C._record_memory_snapshot_taken(index)
+    snapshot = {"segments": memory_snapshot(), "device_traces": _C._memory_history(device_count()),
+                "allocator_settings": {"PYTORCH_ALLOC_CONF": "", "backend": get_allocator_backend()}}
+    if augment_with_fx_traces:
+        from torch.cuda.memory import _augment_memory_snapshot_stack_traces
+
+        snapshot = _augment_memory_snapshot_stack_traces(snapshot)
+    return snapshot
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
+    """Pickles :func:`_snapshot` to ``filename``, for https://pytorch.org/memory_viz."""
+    snapshot = _snapshot(augment_with_fx_traces=augment_with_fx_traces)
+    with open(filename, "wb") as f:
+        pickle.dump(snapshot, f)
 
 
 def host_memory_stats_as_nested_dict() -> dict[str, Any]:
