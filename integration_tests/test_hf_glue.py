@@ -439,3 +439,28 @@ def test_the_cache_budget_never_exceeds_the_ram_the_host_has_left():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "neuron True True"
+
+
+# -- transformers: offloaded KV caches ----------------------------------------------------------
+
+
+def test_canary_upstream_offloaded_cache_calls_torch_cuda():
+    import inspect
+
+    from transformers.cache_utils import Cache
+
+    assert "torch.cuda.default_stream" in inspect.getsource(original_of(Cache.update))
+
+
+@pytest.mark.parametrize("implementation", ["offloaded", "offloaded_static"])
+def test_offloaded_kv_caches_generate_as_on_the_cpu(implementation):
+    """cache_implementation="offloaded"/"offloaded_static" raised "Torch not compiled with CUDA"."""
+    from neuron_hf.testing import tiny_llama
+
+    model = tiny_llama().eval()
+    prompt = torch.tensor([[5, 9, 14, 3, 27, 8, 40]])
+    expected = model.generate(prompt, max_new_tokens=10, do_sample=False)
+    model.to("neuron")
+    got = model.generate(prompt.to("neuron"), max_new_tokens=10, do_sample=False,
+                         cache_implementation=implementation)
+    assert torch.equal(got.cpu(), expected)

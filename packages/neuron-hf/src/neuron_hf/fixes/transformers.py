@@ -1,5 +1,6 @@
-"""transformers 5.23 on neuron: generate()'s compile settings, the Trainer's RNG checkpoint and memory
-metrics, continuous batching's memory budget, and the device tables of its test utilities."""
+"""transformers 5.23 on neuron: generate()'s compile settings, offloaded KV caches, the Trainer's RNG
+checkpoint and memory metrics, continuous batching's memory budget, and the device tables of its test
+utilities."""
 
 from __future__ import annotations
 
@@ -239,6 +240,37 @@ def _patch_default_compile_config(module: ModuleType) -> None:
     replace_function(module.PreTrainedModel, "_default_compile_config", _make_default_compile_config)
 
 
+def _make_offloading_update(original: Callable[..., Any]) -> Callable[..., Any]:
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not (self.offloading and key_states.device.type == "neuron"):
+            return original(self, key_states, value_states, layer_idx, *args, **kwargs)
+        # Upstream's offloading branch, with the core's current stream for torch.cuda's default
+        # one (the stream decoding runs on; Dynamo traces torch.accelerator's stream calls, so
+        # compiled static-cache decoding keeps one graph).
+        if self.layer_class_to_replicate is not None:
+            while len(self.layers) <= layer_idx:
+                self.layers.append(self.layer_class_to_replicate())
+        default_stream = torch.accelerator.current_stream(key_states.device)
+        default_stream.wait_stream(self.prefetch_stream)
+        self.prefetch_stream.wait_stream(default_stream)
+        self.prefetch(layer_idx + 1, self.only_non_sliding)
+        keys, values = self.layers[layer_idx].update(key_states, value_states, *args, **kwargs)
+        self.offload(layer_idx, self.only_non_sliding)
+        return keys, values
+
+    return update
+
+
+def _patch_offloaded_cache(module: ModuleType) -> None:
+    # Upstream: Cache.update() synchronises its prefetch stream with
+    # torch.cuda.default_stream(device), so cache_implementation="offloaded" or
+    # "offloaded_static" raised "Torch not compiled with CUDA enabled" on neuron (and on every
+    # device but CUDA). The rest of the offloading path (side stream, events, pinned
+    # non-blocking copies) is device-generic and works on neuron as it is.
+    replace_function(module.Cache, "update", _make_offloading_update)
+
+
 FIXES = [
     Fix(
         name="transformers.PreTrainedModel.default_compile_config",
@@ -271,6 +303,14 @@ FIXES = [
         versions="~=5.23.0",
         corrects="generate_batch() sizes its paged cache from host RAM instead of the core's HBM",
         apply=_patch_continuous_batching_memory,
+    ),
+    Fix(
+        name="transformers.Cache.offloading_stream",
+        module="transformers.cache_utils",
+        distribution="transformers",
+        versions="~=5.23.0",
+        corrects="offloaded KV caches call torch.cuda.default_stream and fail on neuron",
+        apply=_patch_offloaded_cache,
     ),
     Fix(
         name="transformers.testing_utils.device_tables",
