@@ -25,6 +25,8 @@ CASES = [
     "device_mesh_submeshes",
     "mismatched_shapes_raise_on_every_rank",
     "mismatched_dtypes_raise_on_every_rank",
+    "same_sizes_in_different_shapes_reduce_as_with_gloo",
+    "complex_and_unsupported_reduce_ops_are_refused_on_every_rank",
     "mismatched_collectives_raise",
     "mismatch_between_inline_and_large_raises",
     "inline_and_gloo_paths_agree_with_gloo",

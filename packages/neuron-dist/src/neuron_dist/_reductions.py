@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from neuron_dist._errors import CollectiveArgumentError
+
 __all__ = ["Reduction", "plan_reduction", "reduce_op_type"]
 
 _RedOpType = dist.ReduceOp.RedOpType
@@ -30,6 +32,7 @@ _COMBINE = {
     _RedOpType.MIN: torch.minimum, _RedOpType.MAX: torch.maximum, _RedOpType.BAND: torch.bitwise_and,
     _RedOpType.BOR: torch.bitwise_or, _RedOpType.BXOR: torch.bitwise_xor,
 }
+_COMPLEX_OPS = {_RedOpType.SUM, _RedOpType.AVG}
 _SUPPORTED_OPS = {_RedOpType.SUM, _RedOpType.AVG, _RedOpType.PRODUCT, _RedOpType.MIN, _RedOpType.MAX,
                   _RedOpType.BAND, _RedOpType.BOR, _RedOpType.BXOR}
 
@@ -88,9 +91,14 @@ def plan_reduction(dtype: torch.dtype, op: dist.ReduceOp | _RedOpType, world_siz
     """The :class:`Reduction` for reducing ``dtype`` tensors with ``op`` over ``world_size`` ranks."""
     op_type = reduce_op_type(op)
     if op_type not in _SUPPORTED_OPS:
-        raise ValueError(
+        raise CollectiveArgumentError(
             f"neuron: {where}: reduce op {op_type.name} is not supported by the neuron backend "
             f"(supported: SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR)"
+        )
+    if dtype.is_complex and op_type not in _COMPLEX_OPS:
+        raise CollectiveArgumentError(
+            f"neuron: {where}: reduce op {op_type.name} is not supported on complex tensors "
+            f"({dtype}), as with gloo and NCCL: use SUM or AVG"
         )
     wire = _STAGED.get(dtype)
     integral = not (dtype.is_floating_point or dtype.is_complex)

@@ -25,8 +25,11 @@ _DTYPES: list[torch.dtype] = [
 ]
 _DTYPE_CODE = {dtype: code for code, dtype in enumerate(_DTYPES)}
 _NONE = -1
-# Operations whose tensors must have the same shape on every rank (the others need equal sizes only).
-_SAME_SHAPE_OPS = {"all_reduce", "all_reduce_coalesced", "all_reduce_sparse", "broadcast", "reduce"}
+# Operations whose tensors must have the same shape on every rank (the others need equal sizes
+# only). Element-wise all_reduce, broadcast and reduce are not among them: gloo and NCCL move
+# the flat data, so ranks may pass the same number of elements in different shapes.
+_SAME_SHAPE_OPS = {"all_reduce_coalesced", "all_reduce_sparse"}
+_SAME_SIZE_OPS = {"all_reduce", "broadcast", "reduce"}
 _ROOTED_OPS = {"broadcast", "reduce", "gather", "scatter"}
 _REDUCING_OPS = {"all_reduce", "all_reduce_coalesced", "all_reduce_sparse", "reduce", "reduce_scatter"}
 # Operations where each rank sends its own amount (checked through the splits instead).
@@ -170,6 +173,8 @@ def check_signatures(gathered: torch.Tensor, world_size: int, where: str) -> Non
         keys = {(sig.dtype, sig.numel) for _, sig in decoded}
         if op in _SAME_SHAPE_OPS:
             keys = {(sig.dtype, sig.shape, sig.numel) for _, sig in decoded}
+        elif op in _SAME_SIZE_OPS:
+            keys = {(sig.dtype, _prod(sig.shape) if sig.numel is None else sig.numel) for _, sig in decoded}
         elif op in _SPLIT_OPS:
             keys = {(sig.dtype, sig.shape) for _, sig in decoded}
         if len(keys) > 1:

@@ -361,6 +361,65 @@ def mismatched_shapes_raise_on_every_rank() -> str:
 
 
 @cases.case
+def same_sizes_in_different_shapes_reduce_as_with_gloo() -> None:
+    """gloo and NCCL all-reduce, reduce and broadcast the flat data: ranks may pass the same number
+    of elements in different shapes (this raised a mismatch error on neuron)."""
+    shape = (2, 3) if RANK % 2 == 0 else (3, 2)
+    tensor = torch.arange(6, dtype=torch.float32, device=DEVICE).reshape(shape) + RANK
+    dist.all_reduce(tensor)
+    expected = sum(torch.arange(6, dtype=torch.float32) + r for r in range(WORLD))
+    _expect(tensor.reshape(-1), expected, "all_reduce of (2, 3) and (3, 2)")
+    tensor = torch.full((6,) if RANK else (2, 3), float(RANK + 5), device=DEVICE)
+    dist.broadcast(tensor, src=0)
+    _expect(tensor.reshape(-1), torch.full((6,), 5.0), "broadcast of (2, 3) into (6,)")
+    tensor = torch.ones(shape, device=DEVICE)
+    dist.reduce(tensor, dst=0)
+    if RANK == 0:
+        _expect(tensor.reshape(-1), torch.full((6,), float(WORLD)), "reduce of (2, 3) and (3, 2)")
+
+
+@cases.case
+def complex_and_unsupported_reduce_ops_are_refused_on_every_rank() -> list[str]:
+    """gloo refuses PRODUCT, MIN and MAX on complex tensors at once; neuron reported a transport
+    failure, or for a small reduce_scatter_tensor computed the product. PREMUL_SUM raised a
+    ValueError where gloo raises a RuntimeError."""
+    texts = []
+    value = torch.complex(torch.full((8,), RANK + 1.0), torch.ones(8))
+    calls = {
+        "reduce": lambda op: dist.reduce(value.clone().to(DEVICE), dst=0, op=op),
+        "reduce_scatter_tensor small": lambda op: dist.reduce_scatter_tensor(
+            torch.empty(8, dtype=torch.complex64, device=DEVICE), value.repeat(WORLD).to(DEVICE), op=op),
+        "reduce_scatter_tensor large": lambda op: dist.reduce_scatter_tensor(
+            torch.empty(1 << 18, dtype=torch.complex64, device=DEVICE),
+            torch.ones(WORLD << 18, dtype=torch.complex64, device=DEVICE), op=op),
+        "reduce_scatter": lambda op: dist.reduce_scatter(
+            torch.empty(8, dtype=torch.complex64, device=DEVICE), [value.to(DEVICE)] * WORLD, op=op),
+    }
+    for name, call in calls.items():
+        for op in (R.PRODUCT, R.MIN, R.MAX):
+            try:
+                call(op)
+            except RuntimeError as error:
+                assert isinstance(error, neuron_dist.CollectiveArgumentError), (name, op, repr(error))
+                assert "not supported on complex tensors" in str(error), str(error)
+                texts.append(str(error))
+            else:
+                raise AssertionError(f"{name} with {op} on complex tensors was accepted")
+    try:
+        dist.all_reduce(torch.ones(2, device=DEVICE), op=dist._make_nccl_premul_sum(2.0))
+    except RuntimeError as error:
+        assert "PREMUL_SUM is not supported" in str(error), str(error)
+    else:
+        raise AssertionError("PREMUL_SUM was accepted")
+    tensor = value.clone().to(DEVICE)
+    dist.reduce(tensor, dst=0)  # SUM is fine, and the group is still in step
+    if RANK == 0:
+        _expect(tensor, sum(torch.complex(torch.full((8,), r + 1.0), torch.ones(8)) for r in range(WORLD)),
+                "complex SUM after the refusals")
+    return texts[:1]
+
+
+@cases.case
 def mismatched_dtypes_raise_on_every_rank() -> str:
     dtype = torch.float32 if RANK == 0 else torch.int32  # the same width: gloo alone would mix them
     try:
