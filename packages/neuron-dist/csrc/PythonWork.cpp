@@ -5,6 +5,7 @@
 #include "PythonGil.h"
 
 #include <pybind11/chrono.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 namespace py = pybind11;
@@ -92,20 +93,44 @@ std::exception_ptr pythonExceptionValue(const c10::IValue& value) {
   return std::make_exception_ptr(std::runtime_error(type + ": " + std::string(py::str(object))));
 }
 
+// A Python list or tuple of tensors (a collective's result) as the TensorList that c10d's own
+// works complete their futures with: C++ callers such as DDP's built-in FP16_COMPRESS hook
+// require one. Any other value is passed on as it is.
+c10::IValue asTensorList(const c10::IValue& value) {
+  if (!value.isPyObject()) {
+    return value;
+  }
+  py::gil_scoped_acquire gil;
+  py::handle object(value.toPyObject());
+  if (!PyList_Check(object.ptr()) && !PyTuple_Check(object.ptr())) {
+    return value;
+  }
+  std::vector<at::Tensor> tensors;
+  for (py::handle item : py::reinterpret_borrow<py::sequence>(object)) {
+    if (!THPVariable_Check(item.ptr())) {
+      return value;
+    }
+    tensors.push_back(THPVariable_Unpack(item.ptr()));
+  }
+  return c10::IValue(std::move(tensors));
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10::ivalue::Future> PythonWork::getFuture() {
   PythonCall call;
   py::object future = work_.attr("get_future")();
   auto inner = future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut;
-  auto outer = c10::make_intrusive<c10::ivalue::Future>(inner->elementType(), inner->devices());
+  // Typed as gloo's and NCCL's works type theirs: a list of tensors.
+  auto outer = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                        inner->devices());
   inner->addCallback([outer](c10::ivalue::Future& done) {
     if (done.hasError()) {
       outer->setError(done.exception_ptr());
     } else if (auto error = pythonExceptionValue(done.constValue())) {
       outer->setError(error);
     } else {
-      outer->markCompleted(done.constValue(), done.storages());
+      outer->markCompleted(asTensorList(done.constValue()), done.storages());
     }
   });
   return outer;

@@ -10,6 +10,7 @@ CASES = [
     "ddp_matches_single_device",
     "ddp_device_ids_moves_cpu_inputs",
     "ddp_bf16_compress_hook",
+    "ddp_builtin_cpp_comm_hooks_match_single_device",
     "ddp_power_sgd_hook_matches_gloo",
     "ddp_compiled_runs_the_backend_outside_dynamo",
     "ddp_records_runtime_stats",

@@ -107,6 +107,26 @@ def ddp_bf16_compress_hook() -> float:
 
 
 @cases.case
+def ddp_builtin_cpp_comm_hooks_match_single_device() -> list[str]:
+    """DDP's C++ built-in hooks read the collective's future as a tensor list: FP16_COMPRESS
+    failed an internal assert when the neuron work's future held the tensors as a Python list."""
+    batch = _batches()
+    reference = _mlp().to(DEVICE)
+    ref_loss, ref_grads = _reference_grads(reference, batch)
+    future = dist.all_reduce(torch.ones(2, device=DEVICE), async_op=True).get_future()
+    assert [type(v) for v in future.wait()] == [torch.Tensor], future.value()
+    done = []
+    for hook, tolerance in ((dist.BuiltinCommHookType.ALLREDUCE, 1e-6), (dist.BuiltinCommHookType.FP16_COMPRESS, 1e-3)):
+        ddp = DistributedDataParallel(copy.deepcopy(reference))
+        ddp._register_builtin_comm_hook(hook)
+        ddp(batch[RANK::WORLD]).pow(2).mean().backward()
+        for name, param in ddp.module.named_parameters():
+            _close(param.grad, ref_grads[name], f"{hook} grad {name}", atol=tolerance, rtol=tolerance)
+        done.append(str(hook))
+    return done
+
+
+@cases.case
 def ddp_power_sgd_hook_matches_gloo() -> float:
     """PowerSGD's hook waits, inside a ``.then()`` callback, for further collectives' futures:
     callbacks run on a delivery thread, so those collectives progress (run on the thread that
