@@ -443,6 +443,20 @@ def test_record_memory_history_bounds_and_skips_entries():
     assert trace[-1]["action"] == "snapshot"
 
 
+def test_record_memory_history_takes_torch_cudas_legacy_arguments():
+    torch.neuron.memory._record_memory_history(True, trace_alloc_max_entries=10, trace_alloc_record_context=True)
+    try:
+        kept = _allocate_for_history(64)
+        trace = torch.neuron.memory._snapshot()["device_traces"][3]
+    finally:
+        torch.neuron.memory._record_memory_history(False)
+    allocs = [e for e in trace if e["action"] == "alloc" and e["addr"] == kept.data_ptr()]
+    assert len(allocs) == 1 and "_allocate_for_history" in [f["name"] for f in allocs[0]["frames"]]
+    assert torch.neuron.memory._snapshot()["device_traces"][3] == []
+    with pytest.raises(TypeError, match="unexpected keyword arguments"):
+        torch.neuron.memory._record_memory_history(True, no_such_option=1)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"enabled": "everything"}, "enabled must be None, 'state' or 'all'"),
     ({"context": "some"}, "context must be None"),

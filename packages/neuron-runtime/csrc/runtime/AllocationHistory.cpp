@@ -31,38 +31,24 @@ void AllocationHistory::configure(const HistorySettings& settings, bool clear) {
   enabled_.store(settings.enabled, std::memory_order_relaxed);
 }
 
-std::shared_ptr<c10::GatheredContext> AllocationHistory::gather() {
+std::shared_ptr<c10::GatheredContext> AllocationHistory::stackIfContext(StackContext least) {
+  if (!enabled()) return nullptr;
   bool cpp = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (settings_.context < least) return nullptr;
     cpp = settings_.cpp_stacks;
   }
+  // Outside the lock: gathering Python frames takes the GIL.
   return torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true, cpp);
 }
 
 std::shared_ptr<c10::GatheredContext> AllocationHistory::stackForAlloc() {
-  if (!enabled()) return nullptr;
-  StackContext context;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    context = settings_.context;
-  }
-  return context == StackContext::None ? nullptr : gather();
+  return stackIfContext(StackContext::State);
 }
 
 std::shared_ptr<c10::GatheredContext> AllocationHistory::stackForFree() {
-  if (!enabled()) return nullptr;
-  StackContext context;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    context = settings_.context;
-  }
-  return context == StackContext::All ? gather() : nullptr;
-}
-
-bool AllocationHistory::allocEntriesHaveStacks() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return settings_.context == StackContext::Alloc || settings_.context == StackContext::All;
+  return stackIfContext(StackContext::All);
 }
 
 void AllocationHistory::record(HistoryEntry entry) {
@@ -71,6 +57,7 @@ void AllocationHistory::record(HistoryEntry entry) {
   if (!settings_.keep_history || settings_.max_entries == 0) return;
   const auto& skipped = settings_.skipped;
   if (std::find(skipped.begin(), skipped.end(), entry.action) != skipped.end()) return;
+  if (entry.action == HistoryAction::Alloc && settings_.context < StackContext::Alloc) entry.context = nullptr;
   entry.time_us = std::chrono::duration_cast<std::chrono::microseconds>(
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();

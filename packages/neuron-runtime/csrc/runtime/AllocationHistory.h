@@ -62,15 +62,15 @@ class AllocationHistory {
   std::shared_ptr<c10::GatheredContext> stackForAlloc();
   // The caller's stack for a free, or null (only with context "all").
   std::shared_ptr<c10::GatheredContext> stackForFree();
-  // Whether alloc entries carry their stack (context "alloc" or "all").
-  bool allocEntriesHaveStacks();
-
+  // Keeps `entry` if the history is on (an alloc entry keeps its stack only with context
+  // "alloc" or "all"; with "state" the stack stays with the live block alone).
   void record(HistoryEntry entry);
   // Every kept entry of every core, per core.
   std::vector<std::vector<HistoryEntry>> entries();
 
  private:
-  std::shared_ptr<c10::GatheredContext> gather();
+  // The caller's stack if the current settings keep stacks at `least`, else null.
+  std::shared_ptr<c10::GatheredContext> stackIfContext(StackContext least);
 
   std::mutex mutex_;
   std::atomic<bool> enabled_{false};

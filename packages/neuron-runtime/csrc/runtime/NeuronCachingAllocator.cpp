@@ -12,9 +12,9 @@
 #include "runtime/NeuronCachingAllocator.h"
 
 #include "driver/DeviceState.h"
-#include "runtime/AllocationHistory.h"
 #include "driver/HostMemory.h"
 #include "driver/RuntimeConfig.h"
+#include "runtime/AllocationHistory.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
@@ -169,7 +169,7 @@ class AllocatorState {
     Block block{device, block_size, nbytes, small, stack};
     if (history.enabled()) {
       history.record({HistoryAction::Alloc, device, reinterpret_cast<uintptr_t>(ptr), block.allocated(), 0,
-                      0, history.allocEntriesHaveStacks() ? stack : nullptr});
+                      0, stack});
     }
     const Block& stored = live_.insert_or_assign(ptr, std::move(block)).first->second;
     updateStats(pool.stats, stored, true);

@@ -68,19 +68,18 @@ from neuron_runtime.neuron.streams import (
 
 __all__ = [
     "Event", "Stream", "StreamContext", "caching_allocator_alloc", "caching_allocator_delete",
-    "current_device", "get_allocator_backend", "max_memory_cached", "memory_cached",
-    "reset_max_memory_cached", "current_stream", "default_generators",
-    "default_stream", "device", "device_count", "device_of", "empty_cache", "get_amp_supported_dtype",
+    "current_device", "current_stream", "default_generators", "default_stream", "device",
+    "device_count", "device_of", "empty_cache", "get_allocator_backend", "get_amp_supported_dtype",
     "get_device_capability", "get_device_name", "get_device_properties",
-    "get_per_process_memory_fraction", "get_rng_state", "get_rng_state_all",
-    "host_memory_stats", "host_memory_stats_as_nested_dict", "init", "initial_seed",
-    "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
-    "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory", "memory_allocated",
+    "get_per_process_memory_fraction", "get_rng_state", "get_rng_state_all", "host_memory_stats",
+    "host_memory_stats_as_nested_dict", "init", "initial_seed", "is_available", "is_bf16_supported",
+    "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_cached",
+    "max_memory_reserved", "mem_get_info", "memory", "memory_allocated", "memory_cached",
     "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
     "memory_summary", "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats",
-    "reset_max_memory_allocated", "reset_peak_host_memory_stats", "reset_peak_memory_stats",
-    "seed", "seed_all", "set_device", "set_per_process_memory_fraction", "set_rng_state",
-    "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
+    "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_per_process_memory_fraction",
+    "set_rng_state", "set_rng_state_all", "set_stream", "stream", "synchronize",
     "NeuronDeviceProperties",
 ]
 

@@ -15,12 +15,12 @@ from neuron_runtime import _C
 
 __all__ = [
     "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "get_allocator_backend",
-    "get_per_process_memory_fraction", "max_memory_cached", "memory_cached", "reset_max_memory_cached", "host_memory_stats",
-    "host_memory_stats_as_nested_dict", "max_memory_allocated", "max_memory_reserved",
-    "mem_get_info", "memory_allocated", "memory_reserved", "memory_snapshot", "memory_stats",
+    "get_per_process_memory_fraction", "host_memory_stats", "host_memory_stats_as_nested_dict",
+    "max_memory_allocated", "max_memory_cached", "max_memory_reserved", "mem_get_info",
+    "memory_allocated", "memory_cached", "memory_reserved", "memory_snapshot", "memory_stats",
     "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_host_memory_stats",
-    "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_peak_host_memory_stats",
-    "reset_peak_memory_stats", "set_per_process_memory_fraction",
+    "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
+    "reset_peak_host_memory_stats", "reset_peak_memory_stats", "set_per_process_memory_fraction",
 ]
 
 
@@ -157,14 +157,14 @@ def _record_memory_history(
     CUDA, and ignored). Dump with :func:`_dump_snapshot` and open the file at
     https://pytorch.org/memory_viz.
     """
-    if isinstance(enabled, bool):  # torch.cuda's legacy signature: (enabled, trace_alloc_max_entries=1, ...)
+    if isinstance(enabled, bool):  # torch.cuda's legacy signature
         max_entries = legacy.pop("trace_alloc_max_entries", 1)
-        record_context = legacy.pop("record_context", True)
-        if not legacy.pop("trace_alloc_record_context", False) and max_entries <= 1:
-            max_entries = 0
+        keeps_history = max_entries > 1
+        alloc_stacks = legacy.pop("trace_alloc_record_context", False) and keeps_history
+        context = ("alloc" if alloc_stacks else "state") if legacy.pop("record_context", True) else None
+        stacks = "all" if legacy.pop("record_context_cpp", False) else "python"
         legacy.pop("_enable_expandable_segments", None)
-        context = ("all" if max_entries else "state") if record_context else None
-        enabled = "all" if enabled else None
+        enabled = ("all" if keeps_history else "state") if enabled else None
     if legacy:
         raise TypeError(f"_record_memory_history() got unexpected keyword arguments {sorted(legacy)}")
     _C._record_memory_history(enabled, context, stacks, max_entries, clear_history, list(skip_actions or []))
