@@ -70,15 +70,19 @@ def test_sft_single_core_pads_to_128_and_matches_cpu(checkpoint, tmp_path):
     torch.testing.assert_close(losses, cpu_losses, rtol=2e-2, atol=2e-2)
 
 
-def test_sft_with_torch_compile_and_trls_default_gradient_checkpointing(checkpoint, tmp_path, monkeypatch):
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_sft_with_torch_compile_and_trls_default_gradient_checkpointing(checkpoint, tmp_path, monkeypatch, bf16):
     """TRL turns gradient checkpointing on by default; compiled, the recomputed attention runs
-    under torch's RNG-functionalisation operators, which had no neuron kernel."""
+    under torch's RNG-functionalisation operators, which had no neuron kernel. With TRL's
+    default bf16, the compiler traces the step on the device under autocast first (neuron's
+    cast policy), where those operators meet neuron's autocast key."""
     monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND", raising=False)  # torch_compile=True exports it
-    compiled, _ = _run(checkpoint, str(tmp_path / "compiled"), use_cpu=False, torch_compile=True, bf16=False)
+    compiled, _ = _run(checkpoint, str(tmp_path / "compiled"), use_cpu=False, torch_compile=True, bf16=bf16)
     torch._dynamo.reset()
     assert compiled.args.gradient_checkpointing and compiled.args.torch_compile_backend == "neuron"
-    eager, _ = _run(checkpoint, str(tmp_path / "eager"), use_cpu=False, bf16=False)
+    eager, _ = _run(checkpoint, str(tmp_path / "eager"), use_cpu=False, bf16=bf16)
     losses = [e["loss"] for e in compiled.state.log_history if "loss" in e]
     eager_losses = [e["loss"] for e in eager.state.log_history if "loss" in e]
     assert len(losses) == 4
-    torch.testing.assert_close(losses, eager_losses, rtol=1e-4, atol=1e-5)
+    # bf16: Inductor keeps fused intermediates in float32 where eager rounds them to bfloat16.
+    torch.testing.assert_close(losses, eager_losses, rtol=1e-3 if bf16 else 1e-4, atol=1e-5)

@@ -55,3 +55,22 @@ def test_binary_cross_entropy_is_banned_as_on_cuda():
     assert loss.dtype == torch.float32
     # outside autocast it is an ordinary op
     assert torch.nn.functional.binary_cross_entropy(torch.sigmoid(x), target).dtype == torch.float32
+
+
+def test_higher_order_operators_run_under_autocast():
+    # torch.cond, flex attention and activation checkpointing's RNG operators are
+    # HigherOrderOperators; they fall through the CPU and CUDA autocast keys, and failed on
+    # neuron's ("could not find kernel ... at dispatch key AutocastPrivateUse1").
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 4, device="neuron")
+    q = torch.randn(1, 2, 8, 4, device="neuron")
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        chosen = torch.cond(x.sum() > 0, lambda a: a @ a, lambda a: a @ a.t(), (x,))
+        attended = flex_attention(q, q, q)
+    assert chosen.dtype == torch.bfloat16  # autocast applied inside the branch
+    expected = x @ x if x.sum() > 0 else x @ x.t()
+    torch.testing.assert_close(chosen.float().cpu(), expected.cpu(), rtol=2e-2, atol=5e-2)
+    reference = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    torch.testing.assert_close(attended.float().cpu(), reference.cpu(), rtol=2e-2, atol=2e-2)

@@ -6,8 +6,9 @@ Steps, each kept small:
    example inputs replaced by fake CPU tensors of the same sizes, strides and dtypes: Inductor
    then runs its CPU pipeline unchanged (decompositions, AOTAutograd's forward/backward
    partition, fusion, vectorised C++ kernels).
-2. Ambient autocast for ``neuron`` becomes the same autocast for ``cpu`` while tracing, so the
-   casts land in the graph as they would on the device.
+2. A graph that autocast shapes is first traced on neuron fake tensors under the active
+   autocast state (:mod:`neuron_compile._device_autocast`), so that neuron's cast policy, not
+   the CPU's, is written into it as explicit casts; the CPU tracing then runs with autocast off.
 3. :func:`neuron_compile._codegen.lowering_for_neuron` makes the generated program allocate
    on, and run against, the current NeuronCore.
 4. ``torch._inductor.standalone_compile(..., aot=True)`` produces a self-contained serialisable
@@ -35,6 +36,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from neuron_compile import _header_names, _isa_probes
 from neuron_compile._codegen import lowering_for_neuron
+from neuron_compile._device_autocast import uses_autocast, with_device_casts
 from neuron_compile._dynamism import IntsSpecialised
 from neuron_compile._device_ops import CACHEABLE_REPLACEMENTS, replace_cpu_rejected_ops
 from neuron_compile.executable import NeuronExecutable
@@ -99,11 +101,17 @@ def _drop_stream_bookkeeping(graph: torch.fx.Graph) -> None:
             node.meta["custom"] = {key: value for key, value in custom.items() if key != "stream"}
 
 
-def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose device arguments (and autocast regions) name ``cpu``."""
+def _prepared_for_tracing(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` without the calls a CPU tracing rejects or cannot emit."""
     graph = copy.deepcopy(gm.graph)
     replace_cpu_rejected_ops(graph)
     _drop_stream_bookkeeping(graph)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _graph_for_cpu_lowering(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose device arguments name ``cpu``."""
+    graph = _prepared_for_tracing(gm).graph
     for node in graph.nodes:
         node.args = torch.fx.node.map_aggregate(node.args, _cpu_for_neuron)
         node.kwargs = torch.fx.node.map_aggregate(node.kwargs, _cpu_for_neuron)
@@ -206,13 +214,9 @@ def _fake_cpu_inputs(example_inputs: Sequence[Any], fake_mode: FakeTensorMode,
 
 
 @contextlib.contextmanager
-def _autocast_as_on_device() -> Iterator[None]:
-    """Ambient ``neuron`` autocast applied to the CPU tracing of the lowering."""
-    if not torch.is_autocast_enabled("neuron"):
-        yield
-        return
-    dtype = torch.get_autocast_dtype("neuron")
-    with torch.autocast("neuron", enabled=False), torch.autocast("cpu", dtype=dtype):
+def _without_autocast() -> Iterator[None]:
+    """The CPU tracing of the lowering, with neither the device's nor the CPU's autocast active."""
+    with torch.autocast("neuron", enabled=False), torch.autocast("cpu", enabled=False):
         yield
 
 
@@ -294,26 +298,39 @@ def _serialisability_problem(gm: torch.fx.GraphModule) -> str:
     return "Inductor produced no serialisable artifact"
 
 
+def _device_of(example_inputs: Sequence[Any]) -> torch.device:
+    """The NeuronCore the graph's inputs are on (the current one if it has no neuron tensor)."""
+    for value in torch.utils._pytree.tree_leaves(list(example_inputs)):
+        if isinstance(value, torch.Tensor) and value.device.type == "neuron":
+            return value.device
+    return torch.device("neuron", torch.neuron.current_device())
+
+
 def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                runtime_ints: Mapping[int, tuple[int | None, int | None]] | None = None) -> LoweredGraph:
+                runtime_ints: Mapping[int, tuple[int | None, int | None]] | None = None,
+                apply_autocast: bool = True) -> LoweredGraph:
     """Compiles ``gm`` for exactly the shapes of ``example_inputs`` into a neuron executable.
 
     The ints at ``runtime_ints`` (positions in ``example_inputs``, with their bounds) stay
     symbolic: the program takes them as arguments, for any value in bounds;
-    :class:`IntsSpecialised` is raised if compiling had to depend on their values after all. A graph AOTAutograd cannot serialise (a rare
-    construct, such as an opaque Python callable) still compiles and runs; it is simply not
-    written to the persistent cache.
+    :class:`IntsSpecialised` is raised if compiling had to depend on their values after all. A
+    graph AOTAutograd cannot serialise (a rare construct, such as an opaque Python callable)
+    still compiles and runs; it is simply not written to the persistent cache.
+    ``apply_autocast=False`` is for graphs already traced on the device under autocast (the
+    plain graphs AOTAutograd makes of tensor-subclass graphs): their casts are all explicit.
     """
-    lowered = _graph_for_cpu_lowering(gm)
-    fake_mode = FakeTensorMode(shape_env=_shape_env_after(lowered))
+    fake_mode = FakeTensorMode(shape_env=_shape_env_after(gm))
     inputs = _fake_cpu_inputs(example_inputs, fake_mode, runtime_ints)
+    if apply_autocast and uses_autocast(gm):
+        gm = with_device_casts(_prepared_for_tracing(gm), inputs, fake_mode.shape_env, _device_of(example_inputs))
+    lowered = _graph_for_cpu_lowering(gm)
     options = {"config_patches": {
         "post_grad_custom_post_pass": _NeuronLoweringMarker(),
         # Functions the graph rewrites introduce are as cacheable as the operators they replace.
         "unsafe_marked_cacheable_functions": {
             **torch._inductor.config.unsafe_marked_cacheable_functions, **CACHEABLE_REPLACEMENTS},
     }}
-    with _recording_kernel_sources() as sources, _autocast_as_on_device(), lowering_for_neuron():
+    with _recording_kernel_sources() as sources, _without_autocast(), lowering_for_neuron():
         artifact = torch._inductor.standalone_compile(
             lowered, inputs, dynamic_shapes="from_example_inputs", options=options, aot=True,
             fake_mode=fake_mode,

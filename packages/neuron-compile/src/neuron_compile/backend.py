@@ -328,7 +328,10 @@ def _with_zeros(values: Sequence[Any], positions: Sequence[int]) -> list[Any]:
 class _NeuronGraph:
     """One Dynamo graph and its executables, one per concrete input signature."""
 
-    def __init__(self, gm: torch.fx.GraphModule, options: CompileOptions) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, options: CompileOptions, casts_explicit: bool = False) -> None:
+        # Whether autocast's casts are already in the graph (AOTAutograd traced it on the device),
+        # so that compiling it must not apply the active autocast a second time.
+        self.casts_explicit = casts_explicit
         # Tensors the graph reads as attributes (a compiled optimizer step's parameters and
         # state) are passed to its executables after the graph's inputs.
         self.gm, self.attributes = lift_tensor_attributes(gm)
@@ -437,7 +440,7 @@ class _NeuronGraph:
         known = self.flattened.get(lengths)
         if known is None:
             flat_gm, flatten = flatten_sequence_inputs(self.gm, inputs)
-            flat = _NeuronGraph(flat_gm, self.options)
+            flat = _NeuronGraph(flat_gm, self.options, self.casts_explicit)
             flat.name, flat.function = self.name, self.function
             known = self.flattened[lengths] = (flat, flatten)
         flat, flatten = known
@@ -508,7 +511,7 @@ class _NeuronGraph:
             # under dispatch modes active at that call (AOTAutograd's first-call alias analysis,
             # around a jagged tensor's graph): the compiler's own tracing must not run under them.
             with _disable_current_modes():
-                lowered = lower_graph(self.gm, inputs, self.runtime_ints)
+                lowered = lower_graph(self.gm, inputs, self.runtime_ints, apply_autocast=not self.casts_explicit)
         except IntsSpecialised:
             raise
         except Exception as error:
@@ -559,7 +562,7 @@ def _compile_through_aot_autograd(gm: torch.fx.GraphModule, example_inputs: list
     from torch._dynamo.backends.common import aot_autograd
 
     def compile_plain(plain_gm: torch.fx.GraphModule, plain_inputs: list[Any]) -> Callable[..., Any]:
-        graph = _NeuronGraph(plain_gm, options)
+        graph = _NeuronGraph(plain_gm, options, casts_explicit=True)
         backward = any(name.startswith("tangents") for name in graph.placeholders)
         graph.name += " backward" if backward else " forward"
         return make_boxed_func(graph.compiled(plain_inputs))

@@ -41,7 +41,8 @@ def register() -> None:
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
     from neuron_runtime import (
-        _dlpack, _flex_attention, _jagged_attention, _multiprocessing, _printing, _transformer_encoder,
+        _dlpack, _flex_attention, _higher_order_autocast, _jagged_attention, _multiprocessing, _printing,
+        _transformer_encoder,
     )
 
     _printing.install()
@@ -50,4 +51,5 @@ def register() -> None:
     _transformer_encoder.install()
     _flex_attention.install()
     _jagged_attention.install()
+    _higher_order_autocast.install()
 

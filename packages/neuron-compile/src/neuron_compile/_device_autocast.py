@@ -1,0 +1,137 @@
+"""Neuron's autocast policy, written into a graph as explicit casts before the CPU lowering.
+
+The lowering traces graphs on CPU tensors (``_lowering.py``), where only the CPU's autocast
+policy could apply. Neuron's policy differs from the CPU's (it is CUDA's: softmax, layer_norm,
+sum, exp... run in float32; the CPU runs them in bfloat16), and it is the one neuron eager
+applies and the one Dynamo assumed when it traced the graph. So a graph that autocast shapes
+is first traced once on *neuron* fake tensors under the same autocast state: ``make_fx``
+records the ATen operators with the casts autocast inserted as ordinary ``_to_copy`` calls,
+and the CPU lowering then compiles that graph with autocast off.
+
+The traced graph is traced once more for the CPU, where Inductor's decompositions may lay out
+an intermediate differently (``cat`` with an empty input returns the other input's layout):
+a ``view`` recorded here, valid for the layout seen here, could then be refused. So views of
+values nothing mutates become ``reshape``, which views when it can and copies when it must.
+
+Tracing below autograd drops grad-mode switches (``with torch.no_grad()`` inside the compiled
+code), which the lowering's own AOTAutograd trace needs to see what to differentiate; they
+are recorded back into the traced graph as the calls Dynamo writes for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["uses_autocast", "with_device_casts"]
+
+# Dynamo's spellings of an autocast region inside a graph: entry and exit calls, or a wrapping HOP.
+_AUTOCAST_REGION_FUNCTIONS = frozenset({"_enter_autocast", "_exit_autocast", "wrap_with_autocast"})
+
+
+def uses_autocast(gm: torch.fx.GraphModule) -> bool:
+    """Whether autocast decides dtypes in ``gm``: it is compiled under an active
+    ``torch.autocast("neuron")``, or enters or leaves an autocast region itself (a
+    ``with torch.autocast(...)`` inside the compiled code, for any device type)."""
+    if torch.is_autocast_enabled("neuron"):
+        return True
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                if node.op == "call_function" and getattr(node.target, "__name__", "") in _AUTOCAST_REGION_FUNCTIONS:
+                    return True
+    return False
+
+
+class _GradModeRecorder(TorchFunctionMode):
+    """Writes each ``torch._C._set_grad_enabled`` call into the graph being traced, and runs it."""
+
+    def __init__(self, tracer: torch.fx.Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        if func is torch._C._set_grad_enabled:
+            self.tracer.create_node("call_function", func, tuple(args), {}).meta["val"] = None
+        return func(*args, **(kwargs or {}))
+
+
+def _views_of_unmutated_values_as_reshapes(graph: torch.fx.Graph) -> None:
+    """Turns each ``aten.view`` whose result shares storage with no mutated value into ``reshape``.
+
+    Values are grouped by the storage they share (a view op's result joins its input's group);
+    a group any in-place or ``out=`` operator writes to keeps its views, whose aliasing the
+    mutation relies on.
+    """
+    group: dict[torch.fx.Node, torch.fx.Node] = {}
+
+    def root(node: torch.fx.Node) -> torch.fx.Node:
+        while group.get(node, node) is not node:
+            node = group[node]
+        return node
+
+    written: list[torch.fx.Node] = []
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None:
+            continue
+        returns_alias = any(ret.alias_info is not None and not ret.alias_info.is_write for ret in schema.returns)
+        for argument, value in zip(schema.arguments, node.args):
+            if argument.alias_info is None or not isinstance(value, torch.fx.Node):
+                continue
+            if argument.alias_info.is_write:
+                written.append(value)
+            elif returns_alias:
+                group[root(node)] = root(value)
+        for name, value in node.kwargs.items():  # out= tensors
+            argument = next((arg for arg in schema.arguments if arg.name == name), None)
+            if argument is not None and argument.alias_info is not None and argument.alias_info.is_write \
+                    and isinstance(value, torch.fx.Node):
+                written.append(value)
+    mutated_groups = {root(node) for node in written}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default \
+                and root(node) not in mutated_groups:
+            node.target = torch.ops.aten.reshape.default
+
+
+def _device_twin(value: Any, device: torch.device) -> Any:
+    """A fake tensor like ``value`` (a fake CPU tensor) on ``device``; other values unchanged."""
+    if isinstance(value, torch.Tensor):
+        twin = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=device)
+        return twin.requires_grad_(value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_device_twin(item, device) for item in value)
+    return value
+
+
+def with_device_casts(gm: torch.fx.GraphModule, cpu_inputs: Sequence[Any], shape_env: Any,
+                      device: torch.device) -> torch.fx.GraphModule:
+    """``gm`` traced to ATen operators on ``device`` under the active autocast state.
+
+    ``cpu_inputs`` are the lowering's fake CPU inputs (with its run-time int symbols, shared
+    through ``shape_env``, so that any guard this trace adds on them is seen by the lowering).
+    """
+    from torch._subclasses import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+
+    # Constants baked into the graph are real tensors; they may meet the fake inputs here.
+    fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
+    with fake_mode:
+        inputs = [_device_twin(value, device) for value in cpu_inputs]
+
+    def run(*args: Any) -> Any:
+        with _GradModeRecorder(get_proxy_mode().tracer):
+            return gm(*args)
+
+    with torch.autocast("cpu", enabled=False):  # the twins are neuron tensors; nothing else applies
+        traced = make_fx(run, tracing_mode="fake", record_module_stack=True)(*inputs)
+    shape_env.pending_fresh_unbacked_symbols.clear()  # bound in the traced graph, as in gm
+    _views_of_unmutated_values_as_reshapes(traced.graph)
+    traced.recompile()
+    return traced
