@@ -190,3 +190,26 @@ def test_in_place_updates_through_views_reach_their_base(fresh_compiler):
     assert buffers[1].abs().sum() > 0
     torch.testing.assert_close(buffers[1].cpu(), buffers[0].cpu(), rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(actual.cpu(), expected.cpu(), rtol=2e-2, atol=2e-2)
+
+
+def test_data_dependent_sizes_under_autocast(fresh_compiler, monkeypatch):
+    # The device trace shares the lowering's shape environment, not Dynamo's: the sizes it reads
+    # from data are named there, or the lowering's own trace reuses their names ("u1 possible
+    # memo disaster").
+    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
+    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
+
+    def rows_and_count(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = (x @ x)[(x > 0).nonzero()[:, 0]].softmax(-1)
+        count = int((x > 1).sum().item())
+        return rows, torch.ones(count, device=x.device) @ torch.ones(count, device=x.device)
+
+    compiled = torch.compile(rows_and_count, backend="neuron")
+    torch.manual_seed(0)
+    for _ in range(2):
+        x = torch.randn(8, 8, device="neuron")
+        with torch.autocast("neuron", dtype=torch.bfloat16):
+            expected, actual = rows_and_count(x), compiled(x)
+        for want, got in zip(expected, actual):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got.float().cpu(), want.float().cpu(), rtol=2e-2, atol=2e-2)

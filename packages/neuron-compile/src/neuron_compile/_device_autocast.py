@@ -129,7 +129,10 @@ def with_device_casts(gm: torch.fx.GraphModule, cpu_inputs: Sequence[Any], shape
         with _GradModeRecorder(get_proxy_mode().tracer):
             return gm(*args)
 
-    with torch.autocast("cpu", enabled=False):  # the twins are neuron tensors; nothing else applies
+    # A tracing context of its own: make_fx takes the fake mode of an active one (Dynamo's, whose
+    # shape environment the lowering does not share) before that of the inputs.
+    context = torch._guards.TracingContext(fake_mode)
+    with torch._guards.tracing(context), torch.autocast("cpu", enabled=False):  # CPU autocast: not for neuron twins
         traced = make_fx(run, tracing_mode="fake", record_module_stack=True)(*inputs)
     shape_env.pending_fresh_unbacked_symbols.clear()  # bound in the traced graph, as in gm
     _views_of_unmutated_values_as_reshapes(traced.graph)
