@@ -4,7 +4,8 @@ Each rank checks against the same computation run eagerly on a single device, th
 ``OUT_DIR/rank{N}.json`` with what it measured (the test compares the ranks and asserts).
 
 * ``tp_training``: a LayerNorm-MLP block parallelised with ColwiseParallel/RowwiseParallel and
-  compiled; three SGD steps, loss and every gradient compared with the single-device block.
+  compiled; three SGD steps, loss and every gradient compared with the single-device block
+  (also under bf16 autocast).
 * ``redistribute``: a compiled function that all-gathers a Shard(0) DTensor and scales it.
 """
 
@@ -46,7 +47,10 @@ def _max_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.detach().cpu() - b.detach().cpu()).abs().max().item() / (b.detach().abs().max().item() + 1e-6)
 
 
-def tp_training(mesh, device) -> dict:
+def tp_training(mesh, device, autocast: bool = False) -> dict:
+    """``autocast``: both models under ``torch.autocast("neuron", bfloat16)``; AOTAutograd traces
+    the DTensor graph on the device, casts included, and the compiler must not apply autocast to
+    its plain graphs a second time."""
     reference = _Block().to(device)
     model = parallelize_module(copy.deepcopy(reference), mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
     compiled = torch.compile(model, backend="neuron", options={"fallback_to_eager": False})
@@ -56,8 +60,10 @@ def tp_training(mesh, device) -> dict:
     losses, grad_errors, output_errors = [], [], []
     for _ in range(STEPS):
         x = torch.randn(2, 8, DIM, generator=gen).to(device)  # the same batch on every rank
-        out, ref_out = compiled(x), reference(x)
-        loss, ref_loss = out.pow(2).mean(), ref_out.pow(2).mean()
+        with torch.autocast("neuron", dtype=torch.bfloat16, enabled=autocast):
+            out, ref_out = compiled(x), reference(x)
+        assert out.dtype == ref_out.dtype, (out.dtype, ref_out.dtype)
+        loss, ref_loss = out.float().pow(2).mean(), ref_out.float().pow(2).mean()
         loss.backward()
         ref_loss.backward()
         output_errors.append(_max_error(out, ref_out))
@@ -117,6 +123,7 @@ def main() -> int:
     result: dict = {"rank": rank, "device": str(device)}
     try:
         result["tp_training"] = tp_training(mesh, device)
+        result["tp_training_bf16_autocast"] = tp_training(mesh, device, autocast=True)
         result["fsdp2_training"] = fsdp2_training(mesh, device)
         result["redistribute"] = redistribute(mesh, device)
         result["counters"] = neuron_compile.metrics.counters()

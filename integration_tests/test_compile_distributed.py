@@ -36,6 +36,14 @@ def test_tensor_parallel_training_compiles_and_matches_one_device(ranks):
     assert ranks[0]["tp_training"]["losses"] == ranks[1]["tp_training"]["losses"]
 
 
+def test_tensor_parallel_training_under_bf16_autocast_matches_one_device(ranks):
+    for result in ranks:
+        tp = result["tp_training_bf16_autocast"]
+        assert max(tp["output_errors"]) < 2e-2 and max(tp["grad_errors"]) < 2e-2, tp
+        for loss, ref_loss in tp["losses"]:
+            assert loss == pytest.approx(ref_loss, rel=2e-2)
+
+
 def test_fsdp2_training_compiles_and_matches_one_device(ranks):
     for result in ranks:
         fsdp = result["fsdp2_training"]
