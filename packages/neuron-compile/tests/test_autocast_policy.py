@@ -213,3 +213,24 @@ def test_data_dependent_sizes_under_autocast(fresh_compiler, monkeypatch):
         for want, got in zip(expected, actual):
             assert got.dtype == want.dtype and got.shape == want.shape
             torch.testing.assert_close(got.float().cpu(), want.float().cpu(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_graph_the_device_trace_cannot_take_compiles_with_the_cpu_policy_and_a_warning(fresh_compiler, monkeypatch):
+    from neuron_compile import _lowering
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("no device trace for this construct")
+
+    monkeypatch.setattr(_lowering, "with_device_casts", refuse)
+    x = torch.randn(4, 8, device="neuron")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x @ x.t()).sum(-1)
+
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        expected = f(x)
+        with pytest.warns(RuntimeWarning, match="could not trace this graph on the device under autocast"):
+            actual = torch.compile(f, backend="neuron")(x)
+    assert expected.dtype == torch.float32  # neuron: sum in float32
+    assert actual.dtype == torch.bfloat16  # the CPU's policy: sum in bfloat16
+    torch.testing.assert_close(actual.float().cpu(), expected.cpu(), rtol=2e-2, atol=5e-2)

@@ -22,6 +22,7 @@ import contextlib
 import copy
 import dataclasses
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -221,6 +222,16 @@ def _without_autocast() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _cpu_autocast_for_device() -> Iterator[None]:
+    """The fallback when the device trace fails: the active ``neuron`` autocast state applied to
+    the CPU tracing, with the CPU's policy (autocast regions in the graph already name ``cpu``)."""
+    enabled = torch.is_autocast_enabled("neuron")
+    dtype = torch.get_autocast_dtype("neuron")
+    with torch.autocast("neuron", enabled=False), torch.autocast("cpu", dtype=dtype, enabled=enabled):
+        yield
+
+
+@contextlib.contextmanager
 def _recording_kernel_sources() -> Iterator[list[str]]:
     """Collects the paths of the C++ sources Inductor writes (or finds) while compiling."""
     written: list[str] = []
@@ -321,8 +332,19 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     """
     fake_mode = FakeTensorMode(shape_env=_shape_env_after(gm))
     inputs = _fake_cpu_inputs(example_inputs, fake_mode, runtime_ints)
+    autocast = _without_autocast()
     if apply_autocast and uses_autocast(gm):
-        gm = with_device_casts(_prepared_for_tracing(gm), inputs, fake_mode.shape_env, _device_of(example_inputs))
+        try:
+            gm = with_device_casts(_prepared_for_tracing(gm), inputs, fake_mode.shape_env, _device_of(example_inputs))
+        except Exception as error:  # noqa: BLE001 - the CPU's policy still compiles the graph
+            warnings.warn(
+                f"the neuron compiler could not trace this graph on the device under autocast "
+                f"({type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:300]}); it applies "
+                "the CPU's autocast policy to it instead, whose dtypes can differ from neuron eager's "
+                "(softmax, layer_norm, sum... in the low precision dtype)", RuntimeWarning, stacklevel=4)
+            fake_mode = FakeTensorMode(shape_env=_shape_env_after(gm))  # free of the failed trace's symbols
+            inputs = _fake_cpu_inputs(example_inputs, fake_mode, runtime_ints)
+            autocast = _cpu_autocast_for_device()
     lowered = _graph_for_cpu_lowering(gm)
     options = {"config_patches": {
         "post_grad_custom_post_pass": _NeuronLoweringMarker(),
@@ -330,7 +352,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         "unsafe_marked_cacheable_functions": {
             **torch._inductor.config.unsafe_marked_cacheable_functions, **CACHEABLE_REPLACEMENTS},
     }}
-    with _recording_kernel_sources() as sources, _without_autocast(), lowering_for_neuron():
+    with _recording_kernel_sources() as sources, autocast, lowering_for_neuron():
         artifact = torch._inductor.standalone_compile(
             lowered, inputs, dynamic_shapes="from_example_inputs", options=options, aot=True,
             fake_mode=fake_mode,
