@@ -108,16 +108,17 @@ def test_softmax_and_layer_norm_stay_float32_in_a_compiled_training_step(fresh_c
     assert results["compiled"][1].dtype == torch.float32  # layer_norm
 
 
-def test_grad_mode_switches_inside_an_autocast_graph_are_kept(fresh_compiler):
-    # Tracing on the device drops `torch.no_grad()` regions unless recorded back: the detached
-    # target must get no gradient, compiled as in eager.
+@pytest.mark.parametrize("region", [torch.no_grad, torch.inference_mode])
+def test_grad_mode_switches_inside_an_autocast_graph_are_kept(fresh_compiler, region):
+    # Tracing on the device drops `torch.no_grad()` and `torch.inference_mode()` regions unless
+    # recorded back: the target computed there must get no gradient, compiled as in eager.
     torch.manual_seed(0)
     weight = torch.randn(8, 8, device="neuron", requires_grad=True)
 
     def loss_fn(x: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
+        with region():
             target = F.softmax(x @ weight, -1)
-        return (F.softmax(x @ weight, -1) - target * 2).square().sum()
+        return (F.softmax(x @ weight, -1) - target.clone() * 2).square().sum()
 
     x = torch.randn(4, 8, device="neuron")
     grads = []
@@ -192,13 +193,11 @@ def test_in_place_updates_through_views_reach_their_base(fresh_compiler):
     torch.testing.assert_close(actual.cpu(), expected.cpu(), rtol=2e-2, atol=2e-2)
 
 
-def test_data_dependent_sizes_under_autocast(fresh_compiler, monkeypatch):
+@torch._dynamo.config.patch(capture_scalar_outputs=True, capture_dynamic_output_shape_ops=True)
+def test_data_dependent_sizes_under_autocast(fresh_compiler):
     # The device trace shares the lowering's shape environment, not Dynamo's: the sizes it reads
     # from data are named there, or the lowering's own trace reuses their names ("u1 possible
     # memo disaster").
-    monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", True)
-    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True)
-
     def rows_and_count(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = (x @ x)[(x > 0).nonzero()[:, 0]].softmax(-1)
         count = int((x > 1).sum().item())

@@ -13,19 +13,18 @@ an intermediate differently (``cat`` with an empty input returns the other input
 a ``view`` recorded here, valid for the layout seen here, could then be refused. So views of
 values nothing mutates become ``reshape``, which views when it can and copies when it must.
 
-Tracing below autograd drops grad-mode switches (``with torch.no_grad()`` inside the compiled
-code), which the lowering's own AOTAutograd trace needs to see what to differentiate; they
-are recorded back into the traced graph as the calls Dynamo writes for them.
+Tracing below autograd drops grad-mode and inference-mode switches (``with torch.no_grad()``
+inside the compiled code), which the lowering's own AOTAutograd trace needs to see what to
+differentiate; they are recorded back into the traced graph as the calls Dynamo wrote.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.fx
-from torch.overrides import TorchFunctionMode
 
 __all__ = ["uses_autocast", "with_device_casts"]
 
@@ -47,18 +46,28 @@ def uses_autocast(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-class _GradModeRecorder(TorchFunctionMode):
-    """Writes each ``torch._C._set_grad_enabled`` call into the graph being traced, and runs it."""
+# Calls in Dynamo graphs that switch autograd's global state for the ops after them.
+_GRAD_STATE_CALLS = (torch._C._set_grad_enabled, torch.autograd.grad_mode._enter_inference_mode,
+                     torch.autograd.grad_mode._exit_inference_mode)
 
-    def __init__(self, tracer: torch.fx.Tracer) -> None:
-        super().__init__()
+
+class _GradStateRecorder(torch.fx.Interpreter):
+    """Runs a graph under ``make_fx`` and writes its grad-mode and inference-mode switches into the
+    graph being traced (tracing below autograd would otherwise drop them)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, tracer: torch.fx.Tracer) -> None:
+        super().__init__(gm)
         self.tracer = tracer
+        self.recorded: dict[int, torch.fx.Node] = {}  # id of an inference-mode context -> its node
 
-    def __torch_function__(self, func: Callable[..., Any], types: Any, args: Sequence[Any] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        if func is torch._C._set_grad_enabled:
-            self.tracer.create_node("call_function", func, tuple(args), {}).meta["val"] = None
-        return func(*args, **(kwargs or {}))
+    def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = super().call_function(target, args, kwargs)
+        if any(target is call for call in _GRAD_STATE_CALLS):
+            node_args = tuple(self.recorded.get(id(arg), arg) for arg in args)
+            node = self.tracer.create_node("call_function", target, node_args, {})
+            node.meta["val"] = None
+            self.recorded[id(result)] = node
+        return result
 
 
 def _views_of_unmutated_values_as_reshapes(graph: torch.fx.Graph) -> None:
@@ -126,8 +135,7 @@ def with_device_casts(gm: torch.fx.GraphModule, cpu_inputs: Sequence[Any], shape
         inputs = [_device_twin(value, device) for value in cpu_inputs]
 
     def run(*args: Any) -> Any:
-        with _GradModeRecorder(get_proxy_mode().tracer):
-            return gm(*args)
+        return _GradStateRecorder(gm, get_proxy_mode().tracer).run(*args)
 
     # A tracing context of its own: make_fx takes the fake mode of an active one (Dynamo's, whose
     # shape environment the lowering does not share) before that of the inputs.
