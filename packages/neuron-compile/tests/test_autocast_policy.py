@@ -8,6 +8,7 @@ Every op of PyTorch's own autocast test lists must give the same dtype compiled 
 from __future__ import annotations
 
 from collections.abc import Callable
+import warnings
 from typing import Any
 
 import pytest
@@ -233,3 +234,62 @@ def test_a_graph_the_device_trace_cannot_take_compiles_with_the_cpu_policy_and_a
     assert expected.dtype == torch.float32  # neuron: sum in float32
     assert actual.dtype == torch.bfloat16  # the CPU's policy: sum in bfloat16
     torch.testing.assert_close(actual.float().cpu(), expected.cpu(), rtol=2e-2, atol=5e-2)
+
+
+_CONSTANT_SCRIPT = """
+    import torch
+    from neuron_compile import metrics
+    x = torch.arange(8, dtype=torch.float32, device="neuron").reshape(2, 4)
+    scale = lambda x: (x @ x.t()) * torch.tensor([[2.0, 0.5]], device=x.device) + torch.tensor(1.0)
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        out = torch.compile(scale, backend="neuron")(x)
+    print("SOURCE", [graph.source for graph in metrics.graphs()])
+    print("OUT", out.float().cpu().tolist(), out.dtype)
+"""
+
+
+def test_an_autocast_graph_with_tensor_constants_loads_from_the_cache(tmp_path):
+    # The device trace turns `torch.tensor(data)` into constants attached to the graph; the
+    # serialised program then expected them as extra inputs, and a process loading it from the
+    # cache failed with "not enough values to unpack".
+    from conftest import run_python_lines
+
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path / "neff")}
+    runs = [run_python_lines(_CONSTANT_SCRIPT, env=env) for _ in range(2)]
+    assert [run["SOURCE"] for run in runs] == ["['compiled']", "['disk']"]
+    assert runs[0]["OUT"] == runs[1]["OUT"]
+    assert runs[0]["OUT"].endswith("torch.float32")  # the bfloat16 product, promoted by the constant
+
+
+class _StraightThroughRound(torch.autograd.Function):
+    """A custom backward that is not the derivative of the forward (the gradient of round is 0)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return torch.round(x * 4) / 4
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return grad * 3
+
+
+def test_a_custom_autograd_function_keeps_its_backward_under_autocast(fresh_compiler):
+    # A trace below autograd would replace the Function's own backward by the derivative of its
+    # forward (zero here); such graphs are lowered with the CPU's policy instead, and say so.
+    weight = torch.randn(8, 8, device="neuron", requires_grad=True)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return _StraightThroughRound.apply(x @ weight)
+
+    x = torch.randn(4, 8, device="neuron")
+    grads = []
+    for function in (f, torch.compile(f, backend="neuron")):
+        with torch.autocast("neuron", dtype=torch.bfloat16), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = function(x)
+        out.float().sum().backward()
+        grads.append(weight.grad)
+        weight.grad = None
+    assert any("torch.autograd.Function" in str(warning.message) for warning in caught)
+    assert grads[1].abs().sum() > 0
+    torch.testing.assert_close(grads[1].cpu(), grads[0].cpu(), rtol=2e-2, atol=2e-2)

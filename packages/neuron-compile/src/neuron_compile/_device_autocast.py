@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.fx
 
-__all__ = ["uses_autocast", "with_device_casts"]
+__all__ = ["DeviceTraceUnsupported", "uses_autocast", "with_device_casts"]
 
 # Dynamo's spellings of an autocast region inside a graph: entry and exit calls, or a wrapping HOP.
 _AUTOCAST_REGION_FUNCTIONS = frozenset({"_enter_autocast", "_exit_autocast", "wrap_with_autocast"})
@@ -109,6 +109,58 @@ def _views_of_unmutated_values_as_reshapes(graph: torch.fx.Graph) -> None:
             node.target = torch.ops.aten.reshape.default
 
 
+# Higher-order operators whose meaning is lost below autograd: a torch.autograd.Function's own
+# backward (``autograd_function_apply``) would give way to the derivative of its forward.
+_AUTOGRAD_LEVEL_OPERATORS = frozenset({"autograd_function_apply"})
+
+# Tensor constants the trace makes of ``torch.tensor(data)`` calls are rebuilt in the graph up to
+# this many elements; a larger one is refused (the program could not be loaded from the cache).
+_MAX_REBUILT_CONSTANT_ELEMENTS = 1 << 16
+
+
+class DeviceTraceUnsupported(RuntimeError):
+    """A graph the device trace cannot rewrite without changing what it computes."""
+
+
+def _refuse_autograd_level_operators(gm: torch.fx.GraphModule) -> None:
+    for module in gm.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                name = getattr(node.target, "_name", None) if node.op == "call_function" else None
+                if isinstance(node.target, torch._ops.HigherOrderOperator) and name in _AUTOGRAD_LEVEL_OPERATORS:
+                    raise DeviceTraceUnsupported(
+                        "the graph calls a torch.autograd.Function, whose own backward a trace below "
+                        "autograd would replace by the derivative of its forward")
+
+
+def _constants_rebuilt_in_graph(gm: torch.fx.GraphModule) -> None:
+    """Replaces the tensor constants the trace attached to ``gm`` (from ``torch.tensor(data)``
+    in the compiled code) by ``torch.tensor`` calls in the graph, as Dynamo had them.
+
+    A program whose graph reads constants as attributes takes them as extra inputs once it is
+    serialised: loaded from the persistent cache, it was called without them.
+    """
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            continue  # subgraphs of higher-order operators
+        if value.numel() > _MAX_REBUILT_CONSTANT_ELEMENTS or type(value) is not torch.Tensor:
+            raise DeviceTraceUnsupported(f"the trace made a tensor constant it cannot rebuild "
+                                         f"({type(value).__name__} of {tuple(value.shape)})")
+        data = value.detach().cpu().tolist()
+        with gm.graph.inserting_before(node):
+            rebuilt = gm.graph.call_function(torch.tensor, (data,), {"dtype": value.dtype, "device": value.device})
+        rebuilt.meta = dict(node.meta)
+        node.replace_all_uses_with(rebuilt)
+        gm.graph.erase_node(node)
+        if "." not in node.target:
+            delattr(gm, node.target)
+
+
 def _device_twin(value: Any, device: torch.device) -> Any:
     """A fake tensor like ``value`` (a fake CPU tensor) on ``device``; other values unchanged."""
     if isinstance(value, torch.Tensor):
@@ -129,6 +181,8 @@ def with_device_casts(gm: torch.fx.GraphModule, cpu_inputs: Sequence[Any], shape
     from torch._subclasses import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
+    _refuse_autograd_level_operators(gm)
+
     # Constants baked into the graph are real tensors; they may meet the fake inputs here.
     fake_mode = FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True)
     with fake_mode:
@@ -144,5 +198,6 @@ def with_device_casts(gm: torch.fx.GraphModule, cpu_inputs: Sequence[Any], shape
         traced = make_fx(run, tracing_mode="fake", record_module_stack=True)(*inputs)
     shape_env.pending_fresh_unbacked_symbols.clear()  # bound in the traced graph, as in gm
     _views_of_unmutated_values_as_reshapes(traced.graph)
+    _constants_rebuilt_in_graph(traced)
     traced.recompile()
     return traced
