@@ -62,6 +62,24 @@ def test_dynamic_true_is_coerced_to_static_graphs_with_one_warning(fresh_compile
     assert _graphs_by_shape() == ["x=3x4", "x=3x6"]
 
 
+@pytest.mark.parametrize("enable_gqa", [False, True])
+def test_dynamic_true_traces_attention(fresh_compiler, enable_gqa):
+    # Dynamo traces with symbolic sizes; neuron's SDPA kernel choice built host views of its
+    # inputs, which symbolic sizes do not have ("Expected !size_bytes_is_heap_allocated_").
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=enable_gqa)
+
+    compiled = torch.compile(attention, backend="neuron", dynamic=True)
+    kv_heads = 2 if enable_gqa else 4
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dynamic=True coercion notice
+        for length in (8, 12):
+            q = torch.randn(2, 4, length, 8, device="neuron")
+            k, v = (torch.randn(2, kv_heads, length, 8, device="neuron") for _ in range(2))
+            torch.testing.assert_close(compiled(q, k, v).cpu(), attention(q.cpu(), k.cpu(), v.cpu()))
+
+
 def test_recompile_limit_fits_the_default_bucket_policy():
     import neuron_compile.backend  # noqa: F401  (raising the limit is part of loading the backend)
 

@@ -5,7 +5,10 @@
 
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <vector>
 
 namespace neuron {
 namespace {
@@ -14,6 +17,17 @@ namespace {
 // differentiate the mask), so the host views carry the originals' requires_grad flag.
 // Host views come from a reused pool: the flag goes on a fresh alias, never on the pooled view.
 at::Tensor choiceView(const at::Tensor& tensor) {
+  if (tensor.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    // Symbolic sizes (Dynamo tracing with dynamic=True) have no host view. The CPU's choice reads
+    // only metadata (ranks, dtypes, how sizes relate, the last stride), so an empty host tensor
+    // of the concrete sizes stands in; reading them guards on them, and neuron compiles one graph
+    // per shape in any case.
+    std::vector<int64_t> sizes, strides;
+    for (const c10::SymInt& size : tensor.sym_sizes()) sizes.push_back(size.guard_int(__FILE__, __LINE__));
+    for (const c10::SymInt& stride : tensor.sym_strides()) strides.push_back(stride.guard_int(__FILE__, __LINE__));
+    at::Tensor stand_in = at::empty_strided(sizes, strides, tensor.options().device(at::kCPU));
+    return tensor.requires_grad() ? stand_in.requires_grad_(true) : stand_in;
+  }
   at::Tensor view = hostView(tensor);
   if (!tensor.requires_grad()) return view;
   at::Tensor flagged = view.variable_data();  // a new TensorImpl, without dispatching an op
