@@ -16,6 +16,10 @@ values nothing mutates become ``reshape``, which views when it can and copies wh
 Tracing below autograd drops grad-mode and inference-mode switches (``with torch.no_grad()``
 inside the compiled code), which the lowering's own AOTAutograd trace needs to see what to
 differentiate; they are recorded back into the traced graph as the calls Dynamo wrote.
+Tensor constants the trace makes of ``torch.tensor(data)`` are rebuilt as calls in the graph
+(a serialised program would otherwise expect them as inputs). A graph calling a custom
+``torch.autograd.Function`` is refused (:class:`DeviceTraceUnsupported`): below autograd its
+own backward would be lost; the lowering then applies the CPU's policy, with a warning.
 """
 
 from __future__ import annotations
