@@ -58,6 +58,10 @@ __all__ = ["neuron_backend", "NeuronCompileError"]
 
 __version__ = "0.1.0"
 
+# Bumped whenever the same graph starts lowering to a different program, so that persistent cache
+# entries written before are not reused (2: autocast graphs traced on the device, neuron's policy).
+_LOWERING_REVISION = 2
+
 # One graph per bucket must fit under Dynamo's recompile limit (default 8).
 _MIN_RECOMPILE_LIMIT = 64
 if torch._dynamo.config.recompile_limit < _MIN_RECOMPILE_LIMIT:
@@ -216,7 +220,7 @@ def _cache_key(graph_text: str, specs: list[Any], options: CompileOptions) -> st
                           torch.is_deterministic_algorithms_warn_only_enabled(),
                           torch.utils.deterministic.fill_uninitialized_memory],
         "versions": {"torch": torch.__version__, "neuron_compile": __version__,
-                     "neuron_runtime": neuron_runtime.__version__},
+                     "neuron_runtime": neuron_runtime.__version__, "lowering": _LOWERING_REVISION},
         # Kernels are built for this CPU's vector ISA. torch's own capability probe is free;
         # Inductor's (pick_vec_isa) compiles test programs, seconds on a fresh machine.
         "cpu_isa": f"{platform.machine()}:{torch.backends.cpu.get_cpu_capability()}",
