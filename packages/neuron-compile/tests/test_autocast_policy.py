@@ -174,7 +174,8 @@ def test_views_recorded_on_the_device_survive_a_different_cpu_layout(fresh_compi
 
 
 def test_in_place_updates_through_views_reach_their_base(fresh_compiler):
-    # Views whose storage is written keep aliasing their base (only other views become reshapes).
+    # In-place writes through views, of an input and of a local buffer, reach their base when the
+    # graph is traced on the device first, as in eager.
     torch.manual_seed(0)
     x = torch.randn(4, 4, device="neuron")
 

@@ -330,8 +330,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     ``apply_autocast=False`` is for graphs already traced on the device under autocast (the
     plain graphs AOTAutograd makes of tensor-subclass graphs): their casts are all explicit.
     """
-    fake_mode = FakeTensorMode(shape_env=_shape_env_after(gm))
-    inputs = _fake_cpu_inputs(example_inputs, fake_mode, runtime_ints)
+    def fake_inputs() -> tuple[FakeTensorMode, list[Any]]:
+        mode = FakeTensorMode(shape_env=_shape_env_after(gm))
+        return mode, _fake_cpu_inputs(example_inputs, mode, runtime_ints)
+
+    fake_mode, inputs = fake_inputs()
     autocast = _without_autocast()
     if apply_autocast and uses_autocast(gm):
         try:
@@ -342,8 +345,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 f"({type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:300]}); it applies "
                 "the CPU's autocast policy to it instead, whose dtypes can differ from neuron eager's "
                 "(softmax, layer_norm, sum... in the low precision dtype)", RuntimeWarning, stacklevel=4)
-            fake_mode = FakeTensorMode(shape_env=_shape_env_after(gm))  # free of the failed trace's symbols
-            inputs = _fake_cpu_inputs(example_inputs, fake_mode, runtime_ints)
+            fake_mode, inputs = fake_inputs()  # free of the failed trace's symbols
             autocast = _cpu_autocast_for_device()
     lowered = _graph_for_cpu_lowering(gm)
     options = {"config_patches": {
