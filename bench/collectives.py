@@ -12,6 +12,10 @@ the neuron backend on neuron tensors and a gloo group on CPU tensors, in interle
 (ABBA order), and reports the median time per call. Bus bandwidth follows nccl-tests:
 all_reduce moves 2(n-1)/n of the buffer per rank, all_gather and reduce_scatter (n-1)/n.
 ``ratio = neuron time / gloo time``; the goal is <= 1.1 at every size.
+
+``--control`` adds a second plain gloo group to the same interleaving and reports its time over
+the first one's (an A/A comparison): how far two identical backends drift apart on this host in
+one run, the noise floor against which the neuron ratios are read.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=0, help="calls per block (default: by size)")
     parser.add_argument("--min-iters", type=int, default=3, help="at least this many calls per block")
     parser.add_argument("--blocks", type=int, default=4, help="blocks per backend (interleaved)")
+    parser.add_argument("--control", action="store_true",
+                        help="also time a second gloo group against the first (A/A noise floor)")
     return parser.parse_args()
 
 
@@ -71,6 +77,7 @@ def main() -> None:
     dist.init_process_group("neuron")
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
+    control = dist.new_group(backend="gloo") if args.control else None
     neuron_group = dist.group.WORLD
     device = torch.device("neuron", torch.neuron.current_device())
     factor = {"all_reduce": 2 * (world - 1) / world, "all_gather": (world - 1) / world, "reduce_scatter": (world - 1) / world}
@@ -82,33 +89,45 @@ def main() -> None:
                 "neuron": _calls(op, nbytes, device, neuron_group, world),
                 "gloo": _calls(op, nbytes, torch.device("cpu"), gloo, world),
             }
+            if control is not None:
+                calls["control"] = _calls(op, nbytes, torch.device("cpu"), control, world)
             for name in calls:  # warm-up
                 _block(calls[name], 2, neuron_group)
-            times: dict[str, list[float]] = {"neuron": [], "gloo": []}
+            names = list(calls)
+            times: dict[str, list[float]] = {name: [] for name in names}
             for block in range(args.blocks):
-                order = ("neuron", "gloo") if block % 2 == 0 else ("gloo", "neuron")
-                for name in order:
+                # rotate, and reverse every other block, so that no variant always runs first
+                shift = block % len(names)
+                order = names[shift:] + names[:shift]
+                for name in order if block % 2 == 0 else reversed(order):
                     times[name].append(_block(calls[name], iters, neuron_group))
             # every rank must agree on the figures: take the slowest rank's median
-            medians = torch.tensor([statistics.median(times["neuron"]), statistics.median(times["gloo"])], dtype=torch.float64)
+            medians = torch.tensor([statistics.median(times[name]) for name in names], dtype=torch.float64)
             dist.all_reduce(medians, op=dist.ReduceOp.MAX, group=gloo)
-            t_neuron, t_gloo = medians.tolist()
-            rows.append((op, nbytes, t_neuron, t_gloo))
+            figures = dict(zip(names, medians.tolist()))
+            t_neuron, t_gloo = figures["neuron"], figures["gloo"]
+            rows.append((op, nbytes, t_neuron, t_gloo, figures.get("control")))
             if rank == 0:
                 busbw = lambda t: nbytes * factor[op] / t / 1e9  # noqa: E731
                 ratio = t_neuron / t_gloo
-                print(
-                    f"{op:<15}{_fmt(nbytes):>9}  neuron {t_neuron * 1e6:10.1f} us {busbw(t_neuron):7.3f} GB/s"
-                    f"   gloo {t_gloo * 1e6:10.1f} us {busbw(t_gloo):7.3f} GB/s   ratio {ratio:5.2f}"
-                    f"  {'PASS' if ratio <= GOAL else 'MISS'}",
-                    flush=True,
-                )
+                line = (f"{op:<15}{_fmt(nbytes):>9}  neuron {t_neuron * 1e6:10.1f} us {busbw(t_neuron):7.3f} GB/s"
+                        f"   gloo {t_gloo * 1e6:10.1f} us {busbw(t_gloo):7.3f} GB/s   ratio {ratio:5.2f}"
+                        f"  {'PASS' if ratio <= GOAL else 'MISS'}")
+                if control is not None:
+                    line += f"   control gloo/gloo {figures['control'] / t_gloo:5.2f}"
+                print(line, flush=True)
     if rank == 0:
-        passed = sum(1 for *_, tn, tg in rows if tn / tg <= GOAL)
-        ratios = [tn / tg for *_, tn, tg in rows]
-        geo = statistics.geometric_mean(ratios)
-        print(f"{passed}/{len(rows)} sizes within {GOAL}x of gloo; geomean ratio {geo:.2f}, worst {max(ratios):.2f}")
+        _summary(rows, "neuron", lambda row: row[2] / row[3])
+        if control is not None:
+            _summary(rows, "control (a second gloo group)", lambda row: row[4] / row[3])
     dist.destroy_process_group()
+
+
+def _summary(rows: list[tuple], label: str, ratio_of) -> None:
+    ratios = [ratio_of(row) for row in rows]
+    passed = sum(1 for ratio in ratios if ratio <= GOAL)
+    print(f"{label}: {passed}/{len(rows)} sizes within {GOAL}x of gloo; geomean ratio "
+          f"{statistics.geometric_mean(ratios):.2f}, best {min(ratios):.2f}, worst {max(ratios):.2f}")
 
 
 def _fmt(nbytes: int) -> str:
