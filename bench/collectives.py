@@ -9,7 +9,7 @@ Launch with torchrun (2 ranks by default); rank 0 prints the table:
 For all_reduce, all_gather and reduce_scatter at sizes from 1 KiB to 64 MiB (the size is the
 full buffer: all_reduce's tensor, all_gather's output, reduce_scatter's input), each rank times
 the neuron backend on neuron tensors and a gloo group on CPU tensors, in interleaved blocks
-(ABBA order), and reports the median time per call. Bus bandwidth follows nccl-tests:
+(the order rotated every block), and reports the median time per call. Bus bandwidth follows nccl-tests:
 all_reduce moves 2(n-1)/n of the buffer per rank, all_gather and reduce_scatter (n-1)/n.
 ``ratio = neuron time / gloo time``; the goal is <= 1.1 at every size.
 
@@ -39,7 +39,10 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--blocks", type=int, default=4, help="blocks per backend (interleaved)")
     parser.add_argument("--control", action="store_true",
                         help="also time a second gloo group against the first (A/A noise floor)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.max_mib * 1024 < args.min_kib:
+        parser.error(f"--max-mib {args.max_mib} is below --min-kib {args.min_kib}: no size to time")
+    return args
 
 
 def _sizes(min_kib: int, max_mib: int) -> list[int]:
@@ -96,10 +99,9 @@ def main() -> None:
             names = list(calls)
             times: dict[str, list[float]] = {name: [] for name in names}
             for block in range(args.blocks):
-                # rotate, and reverse every other block, so that no variant always runs first
+                # rotate the order, so that each variant runs first in turn (ABBA with two)
                 shift = block % len(names)
-                order = names[shift:] + names[:shift]
-                for name in order if block % 2 == 0 else reversed(order):
+                for name in names[shift:] + names[:shift]:
                     times[name].append(_block(calls[name], iters, neuron_group))
             # every rank must agree on the figures: take the slowest rank's median
             medians = torch.tensor([statistics.median(times[name]) for name in names], dtype=torch.float64)
